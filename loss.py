@@ -1,0 +1,134 @@
+"""
+The loss math of GRAFT, as pure tensor functions (no models, no I/O).
+
+Equation numbers follow ../shared/GRAFT.md and the paper (arXiv 2609.37868):
+
+    group_advantages       Eq. 1    a_i = (r_i - mean(r)) / (std(r) + eps), sample std; 0 if all r equal
+    mean_logprob           Eq. 6    lbar = (1/|o|) sum_t log pi(o_t | q, o_<t)
+    compatibility_score    Eq. 7    s = exp(lbar_receiver_old - lbar_source_old)
+    compatibility_weight   Eq. 8    w = 1[s > delta] * min(s, 1)
+    clipped_token_mask     Eqs. 2, 10   where the clipped branch of the min is active (no gradient)
+    policy_loss            Eqs. 2, 3, 9, 10   -J: weighted, clipped, token-mean surrogate
+    k3_kl                  (optional, not in the paper)   k3 estimator of KL(pi || pi_ref)
+
+Conventions: B = responses in a minibatch, T = padded response length, G = prompts,
+n = responses per prompt. Masks are 1 on response tokens (EOS included) and 0 on padding;
+padded positions may hold any finite garbage and never change a value or a gradient.
+Advantages and weights are constants: no gradient flows through them.
+"""
+
+import torch
+
+
+def group_advantages(rewards, eps=1e-6):
+    """Eq. 1: group-normalised advantages with the sample (Bessel) std.
+
+    rewards [G, n] -> advantages [G, n]. A group whose rewards are all equal (all-fail or
+    all-success) gets exactly 0, never NaN.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float32)  # [G, n]
+    if r.dim() != 2 or r.shape[1] < 2:
+        raise ValueError(f"group_advantages needs rewards of shape [G, n] with n >= 2, got {tuple(r.shape)}")
+    mean = r.mean(dim=1, keepdim=True)  # [G, 1]
+    std = r.std(dim=1, keepdim=True)  # [G, 1], unbiased (divides by n - 1)
+    adv = (r - mean) / (std + eps)  # [G, n]
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)  # [G, 1] zero-variance groups
+    return torch.where(constant, torch.zeros_like(adv), adv)
+
+
+def mean_logprob(logprobs, mask):
+    """Eq. 6: average token log-likelihood of each response over its masked tokens.
+
+    logprobs [B, T], mask [B, T] -> [B]. Every row needs at least one masked token.
+    """
+    m = mask.bool()  # [B, T]
+    count = m.sum(dim=1)  # [B]
+    if (count == 0).any():
+        rows = torch.nonzero(count == 0).flatten().tolist()
+        raise ValueError(f"mean_logprob: rows {rows} have no masked tokens (empty responses)")
+    total = torch.where(m, logprobs, torch.zeros_like(logprobs)).sum(dim=1)  # [B]
+    return total / count
+
+
+def compatibility_score(recv_mean_logprob, src_mean_logprob):
+    """Eq. 7: s = exp(lbar(pi_old^recv, o^recv) - lbar(pi_old^src, o^src)), per response [B].
+
+    Each mean is taken under its own model and its own tokenisation of the same text.
+    """
+    return torch.exp(recv_mean_logprob.detach() - src_mean_logprob.detach())  # [B]
+
+
+def compatibility_weight(recv_mean_logprob, src_mean_logprob, delta=0.8):
+    """Eq. 8: w = 1[s > delta] * min(s, 1), per peer response [B].
+
+    The floor is strict (s == delta is dropped); the cap keeps a peer response from ever
+    weighing more than a self-generated one (w = 1).
+    """
+    s = compatibility_score(recv_mean_logprob, src_mean_logprob)  # [B]
+    return torch.where(s > delta, s.clamp(max=1.0), torch.zeros_like(s))
+
+
+def _masked_log_ratio(logprobs, old_logprobs, mask):
+    """log rho (Eqs. 3, 9) on masked tokens, 0 on padding (so exp never sees garbage). [B, T]"""
+    m = mask.bool()
+    diff = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    return diff, m
+
+
+def clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28):
+    """Tokens where min(rho*a, clip(rho)*a) takes the clipped branch, i.e. get no gradient.
+
+    That is a > 0 and rho > 1 + eps_high, or a < 0 and rho < 1 - eps_low. -> bool [B, T]
+    """
+    log_ratio, m = _masked_log_ratio(logprobs.detach(), old_logprobs.detach(), mask)
+    ratio = torch.exp(log_ratio)  # [B, T]
+    a = advantages.detach()[:, None]  # [B, 1]
+    clipped = ((a > 0) & (ratio > 1 + eps_high)) | ((a < 0) & (ratio < 1 - eps_low))
+    return clipped & m
+
+
+def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, eps_high=0.28):
+    """Eqs. 2, 3, 9, 10: loss = -J for one minibatch.
+
+        J = 1/(sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_low, 1+eps_high) a_j)
+
+    logprobs [B, T] (current policy, with grad), old_logprobs [B, T] (behaviour policy of the
+    model being trained, for self AND peer responses), advantages [B], weights [B] (1 for
+    self responses, Eq. 8 for peer ones), mask [B, T]. The divisor is the unweighted number
+    of masked tokens in this minibatch (token-mean). Responses dropped by the gate are
+    removed by the caller, not passed with weight 0.
+    Returns (loss: scalar tensor, stats: dict of floats).
+    """
+    log_ratio, m = _masked_log_ratio(logprobs, old_logprobs.detach(), mask)
+    n_tokens = m.sum()
+    if n_tokens == 0:
+        raise ValueError("policy_loss: the minibatch has no masked tokens")
+    ratio = torch.exp(log_ratio)  # [B, T], rho
+    a = advantages.detach().to(ratio.dtype)[:, None]  # [B, 1]
+    w = weights.detach().to(ratio.dtype)[:, None]  # [B, 1]
+    unclipped = ratio * a  # [B, T]
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * a  # [B, T]
+    per_token = w * torch.minimum(unclipped, clipped)  # [B, T]
+    objective = torch.where(m, per_token, torch.zeros_like(per_token)).sum() / n_tokens
+    loss = -objective
+
+    clip = clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low, eps_high)
+    with torch.no_grad():
+        stats = {
+            "n_tokens": int(n_tokens),
+            "clip_frac": float(clip.sum() / n_tokens),
+            "ratio_mean": float(ratio[m].mean()),
+            "ratio_max": float(ratio[m].max()),
+        }
+    return loss, stats
+
+
+def k3_kl(logprobs, ref_logprobs, mask):
+    """Optional (not in the paper; beta = 0 there): token-mean k3 estimate of KL(pi || pi_ref).
+
+    k3 = exp(ref - logp) - (ref - logp) - 1 >= 0 per token. logprobs, ref_logprobs, mask [B, T].
+    """
+    m = mask.bool()
+    d = torch.where(m, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))  # [B, T]
+    k3 = torch.exp(d) - d - 1  # [B, T], exactly 0 on padding
+    return k3.sum() / m.sum().clamp(min=1)
