@@ -1,0 +1,463 @@
+"""
+verifier.py: final-answer extraction and the binary math reward (the "reward" of GRAFT).
+
+reward(response, gold) -> 1.0 if the final answer of the response equals the gold answer, else 0.0.
+As in the paper, the last boxed answer is scored with math-verify, a time-out gives 0, and a
+truncated response is scored as generated. math-verify does the LaTeX parsing and the sympy
+equivalence; this file adds a strict extraction rule, an exact numeric fast path, an explicit
+tolerance policy, a few normalisations, and a time-out that works in any thread.
+
+Grading policy
+- Answer: the last *complete* \\boxed{...} or \\fbox{...} (nested braces handled); only the
+  last box counts, also when boxes are joined by "and" or ",". Without a box:
+  the text after the last GSM8K-style "#### " (a markdown heading "#### Step 2" is not one),
+  else after the last "the answer is" / "Answer:", to the end of that sentence. If the last box
+  is unterminated (truncated) or empty, the response has no answer (we never fall back to an
+  earlier box), and no answer scores 0.
+- Gold answers are bare ("\\frac{1}{2}", "18", "(1,2]"); a gold that is a full solution (MATH
+  solution text with a box, GSM8K rationale with "####") is first reduced to its final answer.
+- Equivalence is exact for integers, fractions and exact forms (\\sqrt{2}/2 = \\frac{1}{\\sqrt2}).
+  A relative tolerance of 1e-6 applies only when a side is an explicit decimal: 0.5 = \\frac12,
+  0.3333333 = 1/3, 0.33 != 1/3. (Inside tuples, intervals and matrices, decimals are compared
+  by math-verify, rounded to 6 places.) Ignored: thousands separators (1,000), \\dfrac/\\tfrac,
+  \\left/\\right, spacing commands, degrees (^\\circ), percent signs (25\\% = 25, hence
+  25\\% != 0.25), units in \\text{...} or as a plain word after a number ("18 dollars"), and
+  dollar signs. Intervals, tuples and matrices are ordered; a plain list of solutions ("2, -3")
+  is not; a column vector equals the tuple of its entries. "x = 3" matches "3". 2\\frac{1}{2}
+  is 5/2. Multiple-choice letters A-E match in any dress: B, (B), \\text{(B)}, \\textbf{(B)} 12
+  (whose value 12 also matches a gold 12).
+- reward never raises: every failure scores 0.0 and logs a warning once per kind of failure.
+- Time-out: the sympy comparison must answer within TIMEOUT_S (1 s), else the answer scores 0.
+
+How. Plain numbers (12, -3.5, 1,000, 1e-3, 3/4, \\frac34, 2\\frac12) are compared exactly with
+fractions.Fraction, without sympy: microseconds, and the training loop's common case. Everything
+else goes to math-verify's parse + verify, run in a helper process (`python verifier.py --serve`,
+started on first need, POSIX only) that is killed, and replaced, if it does not answer in time.
+A process, because sympy can get stuck inside C code (big-integer arithmetic, e.g. while
+evaluating 9^{9^{9}}) where no signal or exception can reach it, and because math-verify's own
+SIGALRM time-out only works in the main thread; killing a process works always and everywhere.
+Answers that would obviously build astronomically large numbers (10^{100000}, power towers,
+(10^{10})!) are rejected up front, so they cost nothing. Calls from several threads share the
+one helper, one request at a time.
+"""
+
+import atexit
+import json
+import logging
+import math
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+
+TIMEOUT_S = 1.0               # seconds the sympy comparison may take; past that it scores 0
+STARTUP_S = 30.0              # seconds the helper process may take to import math-verify
+REL_TOL = Fraction(1, 10**6)  # relative tolerance, only when a side is an explicit decimal
+MAX_CHARS = 1000              # longer extracted answers are rejected (scored 0)
+MAX_DIGITS = 10_000           # reject numeric powers with more digits (10^{100000}, towers)
+MAX_ARGUMENT = 10_000         # reject n!, \binom{n}{k}, \gcd, ... when a literal exceeds this
+
+log = logging.getLogger(__name__)
+_warned = set()
+_THIS_FILE = os.path.abspath(__file__)  # for the helper process, whatever the cwd is by then
+
+
+def _warn_once(kind, message):
+    if kind not in _warned:
+        _warned.add(kind)
+        log.warning("verifier: %s; scored 0 (warned once per kind)", message)
+
+
+# -----------------------------------------------------------------------------
+# extraction
+
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+_TOKEN = re.compile(r"[^\s${}]+")
+_BRACE = re.compile(r"\\.|[{}]", re.S)
+_HASHES = re.compile(r"####[ \t]*(?=[-+$\\(.\d])")  # GSM8K '#### 72', not a '#### Step 2' heading
+_ANSWER_IS = re.compile(r"answer\**\s*(?:is\b\s*:?|:)", re.I)
+_SENTENCE_END = re.compile(r"\.(?=\s|$)")
+
+
+def _group(text, i):
+    """text[i] is '{': (its content, the index after its closing '}'), or (None, -1) if unclosed."""
+    depth = 0
+    for m in _BRACE.finditer(text, i):
+        if m.group() == "{":
+            depth += 1
+        elif m.group() == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:m.start()], m.end()
+    return None, -1
+
+
+def _box_argument(text, i):
+    """The argument of a box whose name ends at i: {...}, or one token as in MATH's '\\boxed 5'."""
+    if i < len(text) and text[i] == "{":
+        return _group(text, i)
+    m = _TOKEN.match(text, i)
+    if m and text[i - 1].isspace():
+        return m.group(), m.end()
+    return None, -1
+
+
+def _rest_of_sentence(text):
+    """The first line of text up to its first full stop, without $, \\( \\) and bold markers."""
+    line = text.lstrip().split("\n", 1)[0]
+    m = _SENTENCE_END.search(line)
+    line = line[:m.start()] if m else line
+    line = re.sub(r"(?<!\\)\$|(?<!\\)\\[()\[\]]|\*\*", "", line)
+    return line.strip(" :*").rstrip(".").strip()
+
+
+def extract_answer(response):
+    """The final answer of a response as a string, or None if it has none (policy: see top)."""
+    if not isinstance(response, str):
+        return None
+    boxes = list(_BOX.finditer(response))
+    if boxes:
+        content, _ = _box_argument(response, boxes[-1].end())
+        if content is None or not content.strip():
+            return None  # the last box is unterminated (truncated) or empty: no fallback
+        return content.strip()
+    for pattern in (_HASHES, _ANSWER_IS):
+        last = None
+        for last in pattern.finditer(response):
+            pass
+        if last is not None:
+            return _rest_of_sentence(response[last.end():]) or None
+    return None
+
+
+def _gold_answer(gold):
+    """A bare gold stays as it is; a full solution (with a box or '####') is reduced first."""
+    if "\\boxed" in gold or "\\fbox" in gold or "####" in gold:
+        return extract_answer(gold)
+    return gold.strip() or None
+
+
+# -----------------------------------------------------------------------------
+# normalisation (string level; math-verify normalises the rest)
+
+_TEXT = r"\\(?:text|textbf|textrm|textit|textnormal|mathrm|mathbf|mbox|emph)\s*"
+_CLEAN = [(re.compile(p), r) for p, r in [
+    (r"\\?\$", ""), (r"(?<!\\)\\[()\[\]]", ""),                   # \$, $ and \( \) \[ \]
+    ("\u2212", "-"), ("\u221e", r"\\infty "), ("\u221a", r"\\sqrt "), ("\u00b7", r"\\cdot "),
+    (r"\\(?:left|right)\s*\.", ""), (r"\\(?:left|right|[bB]igg?[lr]?)(?![A-Za-z])", ""),
+    (r"\\[dt]frac", r"\\frac"), (r"\\[dt]binom", r"\\binom"), (r"\\varnothing", r"\\emptyset"),
+    (r"(?<=\d)(?:(?<!\\)\\[,!:; ]|~)(?=\d)", ""),                # 1\,000 -> 1000
+    (r"(?<!\\)\\[,!:; ]|\\q?quad(?![A-Za-z])|~|\\(?:display|text)style", " "),
+    (r"\{,\}", ","),                                             # 1{,}000 -> 1,000
+    (r"\*\*", "^"), (r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi"),     # plain-text math
+    (r"\^\s*\{?\s*\\circ\s*\}?|\u00b0|\\degree(?![A-Za-z])|(?<=\d)\s*\\circ$", ""),
+    (r"\\?%", ""), (_TEXT + r"\{\s*\}", ""),                     # percent; emptied \text{}
+    (_TEXT + r"\{\s*(\(?[A-E]\)?)\s*\}", r"\1"),                 # \textbf{(B)} -> (B)
+    (r"\s+", " "),
+]]
+_UNIT_TAIL = re.compile(_TEXT + r"\{([^{}]*)\}(?:\s*\^\s*\{?\d\}?)?$")
+_WRAPPED = re.compile(_TEXT + r"\{")
+_WORD_UNIT = re.compile(r"([-+]?[\d.,/]*\d) ([A-Za-z]{2,})(?: [A-Za-z]+)*")
+_NOT_UNITS = {"and", "or", "pi", "sqrt", "times", "over", "plus", "minus", "divided"}
+_ASSIGN = re.compile(r"\\?[A-Za-z]\w*(?:_\{\w+\}|_\w)? ?=(?!=) ?")
+_COLUMN = re.compile(r"\\begin\{([pb])matrix\}([^&]*)\\end\{\1matrix\}")
+
+
+def _clean(s):
+    """String-level normalisation of an answer (see the policy at the top)."""
+    s = s.strip()
+    while s.startswith("{") and _group(s, 0)[1] == len(s):
+        s = s[1:-1].strip()  # {{5}} -> 5: redundant braces, however deep
+    for pattern, repl in _CLEAN:
+        s = pattern.sub(repl, s)
+    s = s.strip().rstrip(".").rstrip()
+    while (m := _UNIT_TAIL.search(s)) and m.start() > 0 and m.group(1).strip() not in ("i", "e"):
+        s = s[:m.start()].strip()  # 5\text{ cm}^2 -> 5
+    while (m := _WRAPPED.match(s)) and _group(s, m.end() - 1)[1] == len(s):
+        s = s[m.end():-1].strip()  # \text{5 cm} -> 5 cm
+    m = _ASSIGN.match(s)
+    if m and m.end() < len(s) and not re.search(r"[=,]", s[m.end():]):
+        s = s[m.end():]  # x = 3 -> 3
+    m = _WORD_UNIT.fullmatch(s)
+    if m and m.group(2).lower() not in _NOT_UNITS:
+        s = m.group(1)  # 18 dollars -> 18
+    m = _COLUMN.fullmatch(s)
+    if m and "\\\\" in m[2]:  # a column vector is an ordered tuple: (1, 2) matches it
+        s = "(" + ", ".join(e.strip() for e in m[2].split("\\\\") if e.strip()) + ")"
+    return s.strip().rstrip(".").rstrip()
+
+
+def _key(s):
+    """A canonical spelling for the string check: no spaces, no braces around one character."""
+    s = re.sub(r"(?<!\\)\{(\w)\}", r"\1", s.replace(" ", ""))
+    return s.lower() if s.isalpha() and len(s) > 1 else s
+
+
+_CHOICE = re.compile(r"\(([A-E])\)\s*(.*)|([A-E])", re.S)
+
+
+def _choice(s):
+    """A multiple-choice label: 'B' or '(B)' -> ('B', ''); '(B) 12' -> ('B', '12'); else None."""
+    m = _CHOICE.fullmatch(s)
+    return (m[1] or m[3], (m[2] or "").strip()) if m else None
+
+
+_REAL = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][+-]?\d{1,3})?|[+-]?\.\d+"
+_NUMBER = re.compile(
+    rf"(?P<real>{_REAL})"
+    rf"|(?P<sign>[+-]?)(?:\\frac\{{(?P<n>{_REAL})\}}\{{(?P<d>{_REAL})\}}"
+    rf"|(?P<n2>{_REAL})/(?P<d2>{_REAL}))"
+    rf"|(?P<msign>[+-]?)(?P<whole>\d+)\\frac\{{(?P<mn>\d+)\}}\{{(?P<md>\d+)\}}"
+    rf"|(?P<rsign>[+-]?)(?P<int>\d*)\.(?P<fixed>\d*)\\overline\{{?(?P<period>\d+)\}}?")
+
+
+def _number(s):
+    """(exact value, is_decimal) if s is a plain number, fraction or mixed number, else None."""
+    if len(s) > 100 or re.search(r"\d \d", s):
+        return None
+    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s.replace(" ", ""))
+    m = _NUMBER.fullmatch(s)
+    if not m:
+        return None
+    real = lambda t: Fraction(t.replace(",", ""))
+    if m["real"]:
+        value = real(m["real"])
+    elif m["period"]:  # a repeating decimal, 0.1\overline{6} = (16 - 1) / 90: exact
+        head = m["int"] + m["fixed"]
+        value = Fraction(int(head + m["period"]) - int(head or "0"),
+                         10 ** len(m["fixed"]) * (10 ** len(m["period"]) - 1))
+        return (-value if m["rsign"] == "-" else value), False
+    elif m["whole"]:  # a mixed number, 2\frac{1}{2}
+        if int(m["mn"]) >= int(m["md"]):
+            return None
+        value = int(m["whole"]) + Fraction(int(m["mn"]), int(m["md"]))
+        value = -value if m["msign"] == "-" else value
+    else:
+        if real(m["d"] or m["d2"]) == 0:
+            return None
+        value = real(m["n"] or m["n2"]) / real(m["d"] or m["d2"])
+        value = -value if m["sign"] == "-" else value
+    return value, bool(re.search(r"[.eE]", s))
+
+
+def _close(a, b):
+    (x, x_decimal), (y, y_decimal) = a, b
+    if x_decimal or y_decimal:
+        return abs(x - y) <= REL_TOL * max(abs(x), abs(y))
+    return x == y
+
+
+_NUM = r"(\d+(?:\.\d+)?)"
+_NUM_POW = re.compile(  # a numeric power: 10^{5}, (2)^3, {9}^{-1}, 10**5
+    rf"(?:\({_NUM}\)|\{{{_NUM}\}}|{_NUM})\s*(?:\^|\*\*)\s*(?:\{{\s*(-?{_NUM})\s*\}}|(-?{_NUM}))")
+
+
+def _dangerous(s):
+    """Does s obviously ask sympy to build an astronomically large number? (cheap pre-screen)"""
+    while m := _NUM_POW.search(s):  # collapse numeric powers, innermost first: 2^{2^{2^{2}}}
+        base = float(m[1] or m[2] or m[3])
+        exponent = float(m[4] or m[6])
+        digits = abs(exponent * math.log10(base)) if base > 0 else 0.0
+        if digits > MAX_DIGITS:
+            return True
+        value = 0 if base == 0 else round(base**exponent) if digits < 15 else 10**16
+        s = s[:m.start()] + str(value) + s[m.end():]
+    if re.search(r"!|\\binom|\\choose|\\gcd|\\lcm|\\Gamma|\\prod|mod", s):
+        return any(len(n) > 5 or int(n) > MAX_ARGUMENT for n in re.findall(r"\d+", s))
+    return False
+
+
+# -----------------------------------------------------------------------------
+# equivalence
+
+
+def _balanced(s):
+    return _group("{" + s + "}", 0)[1] == len(s) + 2
+
+
+def _equivalent(pred, gold):
+    if len(pred) > MAX_CHARS or len(gold) > MAX_CHARS:
+        _warn_once("long", f"an answer longer than {MAX_CHARS} characters was rejected")
+        return False
+    p, g = _clean(pred), _clean(gold)
+    if not p or not g:
+        return False
+    if _key(p) == _key(g):
+        return True
+    gc, pc = _choice(g), _choice(p)
+    if gc and pc:
+        return gc[0] == pc[0]
+    if gc or pc:  # a label against a value: grade the value after the label, '(B) 12' vs '12'
+        g, p = (gc[1] if gc else g), (pc[1] if pc else p)
+        if not g or not p:
+            return False
+        if _key(p) == _key(g):
+            return True
+    a, b = _number(p), _number(g)
+    if a is not None and b is not None:
+        return _close(a, b)
+    if not (_balanced(p) and _balanced(g)):
+        return False  # '5}' (from 'the answer is 5}') is not an answer
+    if _dangerous(p) or _dangerous(g):
+        _warn_once("huge", "an answer with an astronomically large number was rejected")
+        return False
+    verdict = _sympy_verdict(g, p)
+    if verdict is None:
+        _warn_once("timeout", f"the sympy comparison took longer than {TIMEOUT_S} s")
+        return False
+    return verdict
+
+
+_DECIMAL = re.compile(r"\d\.\d|(?<![\d.])\.\d")
+
+
+def _sympy_equal(gold, pred):
+    """math-verify's parse + verify (its time-outs off), with our decimal policy for scalars.
+    Runs in the helper process."""
+    import math_verify
+    import sympy
+    # we enforce the time-out ourselves: silence math-verify's one-time reminder about it
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    config = [math_verify.LatexExtractionConfig()]
+    g = math_verify.parse("\\boxed{" + gold + "}", config, parsing_timeout=None)
+    p = math_verify.parse("\\boxed{" + pred + "}", config, parsing_timeout=None)
+    if not g or not p:
+        return False
+    a, b = g[0], p[0]
+    if (_DECIMAL.search(gold) or _DECIMAL.search(pred)) and all(
+            isinstance(x, sympy.Expr) and x.is_number for x in (a, b)):
+        x, y = sympy.N(a, 30), sympy.N(b, 30)  # two scalars, one a decimal: relative tolerance
+        if not (x.is_finite and y.is_finite):
+            return False
+        return bool(abs(x - y) <= sympy.Float(float(REL_TOL)) * max(abs(x), abs(y)))
+    # allow_set_relation_comp: "1 < x < 2" matches "(1,2)", as a human grader would have it
+    return bool(math_verify.verify(g, p, float_rounding=6, allow_set_relation_comp=True,
+                                   timeout_seconds=None))
+
+
+# -----------------------------------------------------------------------------
+# the helper process that runs _sympy_equal under a time-out
+
+
+class _Helper:
+    """A `python verifier.py --serve` process, answering one [gold, pred] line at a time."""
+
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.owner, self.ready = os.getpid(), False
+        self.proc = subprocess.Popen(
+            [sys.executable, _THIS_FILE, "--serve"], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+
+    def read_line(self, timeout):
+        """One line from the helper, or None if it does not arrive within timeout seconds."""
+        fd, buf, deadline = self.proc.stdout.fileno(), b"", time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise EOFError("the verifier helper process exited")
+            buf += chunk
+        return buf
+
+    def ask(self, gold, pred):
+        """True / False, an exception name from the helper, or None on time-out."""
+        if not self.ready:
+            if self.read_line(STARTUP_S) != b"ready\n":
+                raise RuntimeError(f"`{sys.executable} verifier.py --serve` did not start")
+            self.ready = True
+        self.proc.stdin.write(json.dumps([gold, pred]).encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self.read_line(TIMEOUT_S)
+        return None if line is None else json.loads(line)
+
+    def stop(self):
+        if self.owner == os.getpid():
+            self.proc.kill()
+            self.proc.wait()
+
+
+_helper = None
+_helper_lock = threading.Lock()
+
+
+def _stop_helper():
+    if _helper is not None:
+        _helper.stop()
+
+
+def _sympy_verdict(gold, pred):
+    """_sympy_equal(gold, pred) in the helper: True, False, or None on time-out."""
+    global _helper
+    with _helper_lock:
+        if _helper is None or _helper.owner != os.getpid():  # first use, or we were forked
+            if _helper is None:
+                atexit.register(_stop_helper)
+            _helper = _Helper()
+        try:
+            reply = _helper.ask(gold, pred)
+        except BaseException:
+            _helper.stop()
+            _helper = None
+            raise
+        if reply is None:  # stuck: kill it, and start the next one now so it is ready sooner
+            _helper.stop()
+            _helper = _Helper()
+    if isinstance(reply, str):
+        _warn_once(reply, f"{reply} while comparing with math-verify")
+        return False
+    return reply
+
+
+def _serve():
+    """The helper's loop: one JSON [gold, pred] per line in, one JSON reply per line out."""
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # stray prints of libraries go to stderr, not into our replies
+    _sympy_equal("1", "1")  # import and warm up before we say we are ready
+    out.write(b"ready\n")
+    for line in sys.stdin.buffer:
+        try:
+            reply = _sympy_equal(*json.loads(line))
+        except Exception as e:
+            reply = type(e).__name__
+        out.write(json.dumps(reply).encode() + b"\n")
+
+
+# -----------------------------------------------------------------------------
+
+
+def reward(response: str, gold: str) -> float:
+    """1.0 if the final answer of `response` is equivalent to `gold`, else 0.0. Never raises."""
+    try:
+        if not isinstance(response, str) or not isinstance(gold, str):
+            _warn_once("type", "response and gold must be str")
+            return 0.0
+        pred = extract_answer(response)
+        if pred is None:
+            return 0.0  # no (complete) final answer: an ordinary wrong response
+        g = _gold_answer(gold)
+        if g is None:
+            _warn_once("gold", "a gold answer was empty, or held no final answer")
+            return 0.0
+        return 1.0 if _equivalent(pred, g) else 0.0
+    except Exception as e:
+        detail = e.args[0][:200] if e.args and isinstance(e.args[0], str) else ""
+        _warn_once(type(e).__name__, f"{type(e).__name__} while grading ({detail})")
+        return 0.0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    elif len(sys.argv) == 3:
+        print(reward(sys.argv[1], sys.argv[2]))
+    else:
+        sys.exit("usage: python verifier.py RESPONSE GOLD   (prints the reward)")
