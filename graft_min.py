@@ -1,12 +1,49 @@
 """
-graft-min: GRAFT (arXiv 2609.37868) co-training of two language models with GRPO.
+graft-min: GRAFT (arXiv 2609.37868) co-training of two language models with GRPO, as one loop.
 
-This file will hold the readable training loop (Algorithm 1). For now it holds the rule
-that decides WHICH groups are exchanged (Eq. 4 plus balancing with ties).
+Algorithm 1 of the paper, one step:
+  1. one shared prompt batch; each model samples n responses per prompt (rollout.sample_groups)
+  2. binary rewards (verifier.reward), success counts k, advantages (Eq. 1, loss.group_advantages)
+  3. which groups: select_exchange (Eq. 4 + balancing with ties)                      [below]
+  4. what and how: for each receiver, each selected all-fail group is REPLACED by the source's
+     whole group with the source's advantages; the receiver re-tokenises the texts, scores them
+     with its behaviour policy, and weighs each by w (Eqs. 6-8); responses with s <= delta are
+     dropped                                                                             [graft_groups]
+  5. the receiver's buffer is split into minibatches, peer-containing ones last; one epoch of
+     AdamW on the clipped token-mean objective (Eqs. 9-10, loss.policy_loss)             [update]
+Methods: graft (both directions), grpo (same loop, no exchange: the budget-matched baseline),
+stored (one model learns from a GRPO run's logged peer groups; balancing off). Ablations of
+the paper's Table 2: --no-gate, --delta, --no-balance, --peer-order, --pooled, --success-only.
+
+`python graft_min.py --pair tiny` (method "compare") runs GRPO and GRAFT from the same
+warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
+Simplifications: HF generate instead of vLLM; one process; the tiny world instead of MATH.
 """
 
 import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
 
+import torch
+from tqdm import tqdm
+
+import loss
+import pairs
+import rollout
+import tasks
+import runlog
+from verifier import reward
+
+log = logging.getLogger("graft_min")
+
+
+# ---------------------------------------------------------------- which groups (Eq. 4)
 
 def select_exchange(k_a, k_b, n, balance=True):
     """Eq. 4 + balanced exchange: which prompts each model sends to the other.
@@ -44,10 +81,472 @@ def select_exchange(k_a, k_b, n, balance=True):
     return top_m_with_ties(a_to_b, k_a), top_m_with_ties(b_to_a, k_b)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.parse_args()
-    print("graft_min: the training loop is not written yet; run the tests with `python -m pytest -q`.")
+# ---------------------------------------------------------------- one model's groups
+
+@dataclass
+class Row:
+    """One response in a receiver's training buffer."""
+
+    prompt: int  # index in the step's prompt batch
+    prompt_ids: list
+    response_ids: list
+    old_logprobs: torch.Tensor  # [T_j] the RECEIVER's behaviour log-probs (Eq. 9 denominator)
+    advantage: float  # own (Eq. 1) or the source's, never re-normalised
+    weight: float  # 1 for self responses, Eq. 8 for peer ones
+    peer: bool
+
+
+@dataclass
+class Groups:
+    """A model's groups on the step's prompts, as the peer sees them: texts, not tokens."""
+
+    texts: list  # [G * n]
+    finished: list  # [G * n]
+    mean_logprobs: torch.Tensor  # [G * n] the source's stored generation log-probs, Eq. 6
+    rewards: torch.Tensor  # [G, n]
+
+
+def own_rows(ro, q, adv_q):
+    """The receiver's own n responses to prompt q, with advantages adv_q [n] and weight 1."""
+    n = ro.n
+    return [Row(q, ro.prompt_ids[q], ro.response_ids[q * n + i], ro.logprobs[q * n + i], float(adv_q[i]), 1.0, False)
+            for i in range(n)]
+
+
+# ---------------------------------------------------------------- what and how (Eqs. 6-8)
+
+@torch.no_grad()
+def graft_groups(recv, recv_ro, src, selected, cfg):
+    """Replace the receiver's selected all-fail groups by the source's groups (Eqs. 6-8).
+
+    Every peer response keeps its source-computed advantage (Eq. 1 over the full source group,
+    never re-normalised). The receiver re-tokenises the text after its own prompt and scores it
+    with its behaviour policy: Eq. 9's denominator and Eq. 7's first term. Responses with
+    s <= delta are dropped, not passed with w = 0. Returns (rows, s of every peer response).
+    """
+    n = recv_ro.n
+    src_adv = loss.group_advantages(src.rewards)  # [G, n]
+    rows, cand = [], []  # cand: (prompt, response index, advantage) of peer responses
+    for q in selected:
+        adv = src_adv[q]
+        if cfg.pooled:  # ablation: one group of 2n; the receiver's failures stay, negative advantages
+            pooled = loss.group_advantages(torch.cat([torch.zeros(n), src.rewards[q]])[None])[0]  # [2n]
+            rows += own_rows(recv_ro, q, pooled[:n])
+            adv = pooled[n:]
+        cand += [(q, i, float(adv[i])) for i in range(n) if not cfg.success_only or src.rewards[q, i] > 0]
+    texts = [src.texts[q * n + i] for q, i, _ in cand]
+    finished = [src.finished[q * n + i] for q, i, _ in cand]
+    resp = rollout.retokenize(texts, finished, recv.tok)
+    cand, resp = zip(*[(c, r) for c, r in zip(cand, resp) if r]) if any(resp) else ((), ())  # drop empty texts
+    if not cand:
+        return rows, []
+    prompt_ids = [recv_ro.prompt_ids[q] for q, _, _ in cand]
+    lp, mask = rollout.token_logprobs(recv.model, prompt_ids, list(resp), recv.tok.pad_token_id, cfg.temperature,
+                                      cfg.micro_batch)  # [P, T] receiver's pi_old on its own tokens
+    recv_mean = loss.mean_logprob(lp, mask).cpu()  # [P] Eq. 6, receiver side
+    src_mean = torch.stack([src.mean_logprobs[q * n + i] for q, i, _ in cand])  # [P] Eq. 6, source side
+    s = loss.compatibility_score(recv_mean, src_mean)  # [P] Eq. 7
+    w = torch.ones_like(s) if cfg.no_gate else loss.compatibility_weight(recv_mean, src_mean, cfg.delta)  # Eq. 8
+    for j, (q, i, a) in enumerate(cand):
+        if w[j] > 0:
+            rows.append(Row(q, prompt_ids[j], resp[j], lp[j][mask[j]].float().cpu(), a, float(w[j]), True))
+    return rows, s.tolist()
+
+
+# ---------------------------------------------------------------- the update (Eqs. 9-10)
+
+def minibatches(rows, k, peer_order, rng):
+    """Split the buffer by prompt into k minibatches; peer-containing ones last (or first, or
+    in shuffled order for the ablation). Our packing: prompts keep their batch order, prompts
+    holding peer responses are moved to the end, then the list is cut into k near-equal runs."""
+    prompts = sorted({r.prompt for r in rows})
+    peer = {r.prompt for r in rows if r.peer}
+    own, grafted = [q for q in prompts if q not in peer], [q for q in prompts if q in peer]
+    order = grafted + own if peer_order == "first" else own + grafted
+    k = min(k, len(order))
+    cuts = [round(i * len(order) / k) for i in range(k + 1)]
+    chunks = [set(order[cuts[i]:cuts[i + 1]]) for i in range(k)]
+    if peer_order == "shuffle":
+        rng.shuffle(chunks)
+    return [[r for r in rows if r.prompt in chunk] for chunk in chunks]
+
+
+def update(pol, rows, cfg, rng):
+    """One epoch over the buffer: per minibatch one AdamW step on loss.policy_loss (-J, Eq. 10).
+
+    The token-mean divisor is the minibatch's token count; micro-batches only bound memory and
+    give the same gradient. A non-finite loss or gradient skips that step with a warning."""
+    st = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "clip_self": 0, "tok_self": 0, "clip_peer": 0, "tok_peer": 0}
+    mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng) if rows else []
+    for mb in mbs:  # the model stays in eval mode: no dropout, so rho = 1 exactly before the first step
+        pol.opt.zero_grad(set_to_none=True)
+        n_tokens = sum(len(r.response_ids) for r in mb)
+        mb_loss = 0.0
+        for i in range(0, len(mb), cfg.micro_batch or len(mb)):
+            micro = mb[i:i + (cfg.micro_batch or len(mb))]
+            lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in micro], [r.response_ids for r in micro],
+                                              pol.tok.pad_token_id, cfg.temperature)  # [B, T] with grad
+            old = torch.nn.utils.rnn.pad_sequence([r.old_logprobs for r in micro], batch_first=True).to(lp.device)
+            adv = torch.tensor([r.advantage for r in micro], device=lp.device)  # [B]
+            w = torch.tensor([r.weight for r in micro], device=lp.device)  # [B]
+            l, _ = loss.policy_loss(lp, old, adv, w, mask, cfg.eps_low, cfg.eps_high)
+            (l * mask.sum() / n_tokens).backward()
+            mb_loss += l.item() * mask.sum().item() / n_tokens
+            clipped = loss.clipped_token_mask(lp, old, adv, mask, cfg.eps_low, cfg.eps_high).sum(1).cpu()  # [B]
+            for r, c in zip(micro, clipped.tolist()):
+                kind = "peer" if r.peer else "self"
+                st[f"clip_{kind}"] += c
+                st[f"tok_{kind}"] += len(r.response_ids)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(pol.model.parameters(), cfg.grad_clip))
+        if not (math.isfinite(mb_loss) and math.isfinite(grad_norm)):
+            log.warning("model %s: non-finite loss %s or grad norm %s; update skipped", pol.name, mb_loss, grad_norm)
+            st["skipped"] += 1
+            continue
+        pol.opt.step()
+        st["loss"] += mb_loss / len(mbs)
+        st["grad_norm"] += grad_norm / len(mbs)
+    st["minibatches"] = len(mbs)
+    st["peer_minibatch_positions"] = [i for i, mb in enumerate(mbs) if any(r.peer for r in mb)]
+    return st
+
+
+# ---------------------------------------------------------------- one step (Algorithm 1)
+
+@dataclass
+class Policy:
+    name: str  # "a" or "b"
+    model: torch.nn.Module
+    tok: object
+    opt: torch.optim.Optimizer
+
+
+def seed_for(cfg, step, name, what="sample"):
+    """Every random draw depends only on (seed, step, model, purpose): runs resume exactly, and a
+    model samples the same groups whether or not its peer trains beside it."""
+    return int(hashlib.sha256(f"{cfg.seed}/{step}/{name}/{what}".encode()).hexdigest()[:15], 16)
+
+
+def rollout_groups(pol, batch, cfg, step):
+    """Steps 1-2 for one model: sample n responses per prompt, reward them."""
+    torch.manual_seed(seed_for(cfg, step, pol.name))
+    prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
+    ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
+                               gen_batch=cfg.gen_batch)
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
+    return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), rewards)
+
+
+def train_step(step, policies, batch, cfg, stored_peer=None):
+    """One GRAFT / GRPO / stored-peer step. policies: {"a": Policy, "b": Policy} (stored: one).
+    stored_peer: the partner's logged Groups for this batch (stored mode). Returns metrics."""
+    t0 = time.time()
+    ros, groups = {}, {}
+    for name, pol in policies.items():  # 1-2. rollouts and rewards on the shared batch
+        ros[name], groups[name] = rollout_groups(pol, batch, cfg, step)
+    if stored_peer is not None:
+        groups[({"a", "b"} - set(policies)).pop()] = stored_peer
+    t_rollout = time.time() - t0
+    n, k = cfg.n, {name: g.rewards.sum(1).long() for name, g in groups.items()}
+
+    sends = {"a": [], "b": []}  # receiver -> prompts whose group it takes from its peer
+    if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4, balancing off when stored)
+        sends["b"], sends["a"] = select_exchange(k["a"], k["b"], n, balance=cfg.method == "graft" and not cfg.no_balance)
+
+    metrics = {}
+    for name, pol in policies.items():  # 4-5. each receiver's buffer, then its update
+        peer = "b" if name == "a" else "a"
+        t1, selected = time.time(), sends[name]
+        adv = loss.group_advantages(groups[name].rewards)  # [G, n] Eq. 1
+        rows = [r for q in range(len(batch)) if q not in selected for r in own_rows(ros[name], q, adv[q])]
+        peer_rows, s = graft_groups(pol, ros[name], groups[peer], selected, cfg) if selected else ([], [])
+        t_graft = time.time() - t1
+        st = update(pol, rows + peer_rows, cfg, random.Random(seed_for(cfg, step, name, "minibatch-order")))
+        all_fail = (k[name] == 0)
+        peer_w = [r.weight for r in peer_rows if r.peer]
+        metrics[name] = {
+            "step": step, "model": name, "reward_mean": float(groups[name].rewards.mean()),
+            "all_fail_share": float(all_fail.float().mean()),
+            "families": family_stats(batch, groups[name].rewards),
+            # complementarity (Fig. 1): of my all-fail prompts, on how many does the peer succeed / is it mixed?
+            "peer_any_success_on_all_fail": _share((k[peer] > 0) & all_fail, all_fail),
+            "peer_mixed_on_all_fail": _share((k[peer] > 0) & (k[peer] < n) & all_fail, all_fail),
+            "candidates_in": int(((k[peer] > 0) & (k[peer] < n) & all_fail).sum()),
+            "selected": len(selected), "peer_responses": len(s),
+            "admitted": len(peer_w), "admitted_share": len(peer_w) / len(s) if s else None,
+            "admitted_correct": sum(1 for r in peer_rows if r.peer and r.advantage > 0),
+            "w_mean": sum(peer_w) / len(peer_w) if peer_w else None, "s_values": [round(x, 4) for x in s],
+            "weighted_adv_admitted": sum(r.weight * r.advantage for r in peer_rows if r.peer),
+            "clip_self": st["clip_self"] / max(1, st["tok_self"]), "clip_peer": st["clip_peer"] / max(1, st["tok_peer"]),
+            "tokens_self": st["tok_self"], "tokens_peer": st["tok_peer"],
+            "loss": st["loss"], "grad_norm": st["grad_norm"], "skipped_updates": st["skipped"],
+            "peer_minibatch_positions": st["peer_minibatch_positions"], "minibatches": st["minibatches"],
+            "seconds": {"generate": ros[name].seconds["generate"], "score": ros[name].seconds["score"],
+                        "graft": t_graft, "update": time.time() - t1 - t_graft, "rollout_all": t_rollout},
+        }
+    return metrics, groups
+
+
+def _share(hits, base):
+    return float(hits.sum()) / float(base.sum()) if base.any() else None
+
+
+def family_stats(batch, rewards):
+    """Per family: mean reward and share of all-fail groups in this batch."""
+    out = {}
+    for fam in sorted({p.family for p in batch}):
+        idx = [j for j, p in enumerate(batch) if p.family == fam]
+        r = rewards[idx]
+        out[fam] = {"reward": float(r.mean()), "all_fail": float((r.sum(1) == 0).float().mean())}
+    return out
+
+
+@torch.no_grad()
+def evaluate(pol, heldout, cfg, step):
+    """Held-out pass@1 per family, averaged over cfg.eval_samples samples (paper: T 0.6, top-p 0.95)."""
+    torch.manual_seed(seed_for(cfg, step, pol.name, "eval"))
+    result = {}
+    for fam, problems in sorted(heldout.items()):
+        prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
+        ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
+                                   cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False)
+        hits = [reward(t, problems[j // cfg.eval_samples].answer) for j, t in enumerate(ro.texts)]
+        result[fam] = sum(hits) / len(hits)
+    result["mean"] = sum(result.values()) / len(result)
+    return result
+
+
+# ---------------------------------------------------------------- a run
+
+def make_policy(name, path, lr, cfg):
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
+    model, tok = pairs.load_policy(path, cfg.device, dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+    return Policy(name, model, tok, opt)
+
+
+def load_data(cfg):
+    """(training problems, held-out problems per family) for this run."""
+    if cfg.data == "tiny":
+        world = tasks.tiny_world(cfg.world_seed)
+        return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
+    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny')")
+
+
+def model_paths(cfg):
+    if cfg.model_a and cfg.model_b:
+        return {"a": cfg.model_a, "b": cfg.model_b}
+    if cfg.pair == "tiny":
+        a, b = pairs.tiny_pair(cfg.cache_dir)
+        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use 'tiny', or give --model-a and --model-b)")
+
+
+def stored_groups(log_records, step, batch, cfg, path):
+    """The partner's logged groups for this step's batch, rewards re-verified (stored mode)."""
+    records = log_records.get(step)
+    if not records:
+        raise ValueError(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
+                         f"0..{max(log_records) if log_records else -1} (run the GRPO run for at least --steps {cfg.steps})")
+    ids = [r["prompt_id"] for r in records]
+    if ids != [p.id for p in batch]:
+        raise ValueError(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
+                         f"{[p.id for p in batch][:3]}...; use the logged run's --seed, --prompts-per-step and data")
+    if any(len(r["texts"]) != cfg.n for r in records):
+        raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
+    texts = [t for r in records for t in r["texts"]]
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(texts)]).view(-1, cfg.n)
+    return Groups(texts, [f for r in records for f in r["finished"]],
+                  torch.tensor([x for r in records for x in r["mean_logprobs"]]), rewards)
+
+
+def run(cfg, method, out):
+    """Train with one method into the run folder `out`; returns its summary."""
+    cfg = argparse.Namespace(**{**vars(cfg), "method": method})
+    files = {k: os.path.join(out, f"{k}.jsonl") for k in ("metrics", "trajectories", "evals")}
+    ckpt_path = os.path.join(out, "checkpoint.pt")
+    paths = model_paths(cfg)
+    names = [cfg.train] if method == "stored" else ["a", "b"]
+    lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
+    policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
+    train_problems, heldout = load_data(cfg)
+    peer_log = None
+    if method == "stored":
+        cfg.peer = "b" if cfg.train == "a" else "a"
+        peer_log = {}
+        for r in runlog.read_jsonl(cfg.peer_log):
+            if r["model"] == cfg.peer:
+                peer_log.setdefault(r["step"], []).append(r)
+
+    start, wall = 0, 0.0
+    if cfg.resume and os.path.exists(ckpt_path):
+        ckpt = runlog.load_checkpoint(ckpt_path)
+        for name, pol in policies.items():
+            pol.model.load_state_dict(ckpt["models"][name])
+            pol.opt.load_state_dict(ckpt["opts"][name])
+        start, wall = ckpt["next_step"], ckpt["wall"]
+        for key, path in files.items():
+            runlog.truncate_jsonl(path, start + 1 if key == "evals" else start)
+        log.info("resumed %s at step %d", out, start)
+    else:
+        os.makedirs(out, exist_ok=True)
+        for path in files.values():
+            open(path, "w").close()
+        runlog.write_json(os.path.join(out, "config.json"), {**vars(cfg), "model_paths": paths})
+        for name, pol in policies.items():
+            runlog.append_jsonl(files["evals"], {"step": 0, "model": name, **evaluate(pol, heldout, cfg, 0)})
+
+    for step in tqdm(range(start, cfg.steps), desc=f"{method} {os.path.basename(out)}", initial=start, total=cfg.steps):
+        t0 = time.time()
+        batch = tasks.prompt_batch(train_problems, cfg.seed, step, cfg.prompts_per_step)
+        peer = stored_groups(peer_log, step, batch, cfg, cfg.peer_log) if peer_log is not None else None
+        metrics, groups = train_step(step, policies, batch, cfg, peer)
+        for name in policies:
+            runlog.append_jsonl(files["metrics"], metrics[name])
+            g = groups[name]
+            for q, p in enumerate(batch):
+                sl = slice(q * cfg.n, (q + 1) * cfg.n)
+                runlog.append_jsonl(files["trajectories"], {
+                    "step": step, "model": name, "prompt_id": p.id, "texts": g.texts[sl], "finished": g.finished[sl],
+                    "rewards": g.rewards[q].tolist(), "mean_logprobs": g.mean_logprobs[sl].tolist()})
+        done = step + 1
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            for name, pol in policies.items():
+                runlog.append_jsonl(files["evals"], {"step": done, "model": name, **evaluate(pol, heldout, cfg, done)})
+        wall += time.time() - t0
+        if done % cfg.ckpt_every == 0 or done == cfg.steps:
+            runlog.save_checkpoint(ckpt_path, {
+                "next_step": done, "wall": wall, "models": {n: p.model.state_dict() for n, p in policies.items()},
+                "opts": {n: p.opt.state_dict() for n, p in policies.items()}})
+    summary = summarize(out, wall)
+    runlog.write_json(os.path.join(out, "summary.json"), summary)
+    return summary
+
+
+def summarize(out, wall):
+    """Per model: held-out accuracy at start / end / best, and the run's exchange statistics."""
+    metrics = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))
+    evals = runlog.read_jsonl(os.path.join(out, "evals.jsonl"))
+    summary = {"wall_seconds": round(wall, 1), "models": {}}
+    for name in sorted({m["model"] for m in metrics}):
+        ms = [m for m in metrics if m["model"] == name]
+        ev = [e for e in evals if e["model"] == name]
+        best = max(ev, key=lambda e: e["mean"])
+        ws = [m["w_mean"] * m["admitted"] for m in ms if m["admitted"]]
+        summary["models"][name] = {
+            "start": {k: v for k, v in ev[0].items() if k not in ("step", "model")},
+            "end": {k: v for k, v in ev[-1].items() if k not in ("step", "model")},
+            "best_step": best["step"], "best_mean": best["mean"],
+            "all_fail_share": sum(m["all_fail_share"] for m in ms) / len(ms),
+            "groups_exchanged": sum(m["selected"] for m in ms),
+            "responses_admitted": sum(m["admitted"] for m in ms),
+            "mean_w": sum(ws) / max(1, sum(m["admitted"] for m in ms)) if ws else None,
+            "clip_self": sum(m["clip_self"] * m["tokens_self"] for m in ms) / max(1, sum(m["tokens_self"] for m in ms)),
+            "clip_peer": sum(m["clip_peer"] * m["tokens_peer"] for m in ms) / max(1, sum(m["tokens_peer"] for m in ms)),
+            "skipped_updates": sum(m["skipped_updates"] for m in ms),
+        }
+    return summary
+
+
+# ---------------------------------------------------------------- the main job and the CLI
+
+def compare(cfg):
+    """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget."""
+    results = {m: run(cfg, m, os.path.join(cfg.out, m)) for m in ("grpo", "graft")}
+    summary = {"config": vars(cfg), "methods": results}
+    runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
+    print_table(results)
+    print(f"\nrun folders: {os.path.join(cfg.out, 'grpo')}  {os.path.join(cfg.out, 'graft')}")
+    return summary
+
+
+def print_table(results):
+    fams = [f for f in results["grpo"]["models"]["a"]["start"] if f != "mean"]
+    head = "model  " + "  ".join(f"{f + ' ' + c:>14s}" for f in fams for c in ("start", "GRPO", "GRAFT"))
+    print("\nheld-out pass@1 (end of training)\n" + head)
+    for name in ("a", "b"):
+        g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
+        print(f"{name:5s}  " + "  ".join(f"{x:14.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
+    print(f"\n{'model':5s} {'method':6s} {'all-fail':>9s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
+          f"{'clip self':>10s} {'clip peer':>10s} {'wall s':>7s}")
+    for method, res in results.items():
+        for name, m in res["models"].items():
+            w = f"{m['mean_w']:.3f}" if m["mean_w"] is not None else "-"
+            print(f"{name:5s} {method:6s} {m['all_fail_share']:9.3f} {m['groups_exchanged']:10d} {m['responses_admitted']:9d} "
+                  f"{w:>7s} {m['clip_self']:10.4f} {m['clip_peer']:10.4f} {res['wall_seconds']:7.0f}")
+
+
+PRESETS = {  # per-pair defaults; flags given on the command line win
+    "tiny": dict(steps=120, prompts_per_step=16, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48, eval_every=20,
+                 eval_samples=4, eval_problems=200, ckpt_every=20, data="tiny"),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="GRAFT vs GRPO co-training of two language models.")
+    a = p.add_argument
+    a("--pair", default="tiny", choices=sorted(PRESETS), help="model pair preset (sets the defaults below)")
+    a("--model-a", default=None, help="model A: a local folder or hub id (overrides the pair)")
+    a("--model-b", default=None, help="model B: a local folder or hub id (overrides the pair)")
+    a("--data", default="tiny", help="training and held-out problems: 'tiny'")
+    a("--method", default="compare", choices=["compare", "graft", "grpo", "stored"],
+      help="compare = GRPO then GRAFT from the same start; stored = one model learns from --peer-log")
+    a("--train", default="b", choices=["a", "b"], help="stored mode: which model trains")
+    a("--peer-log", default=None, help="stored mode: trajectories.jsonl of the partner's GRPO run")
+    # the paper's hyperparameters (App. B) as defaults
+    a("--steps", type=int, default=174, help="training steps (paper: 174 = 3 epochs of MATH)")
+    a("--prompts-per-step", type=int, default=128, help="shared prompts per step")
+    a("--n", type=int, default=8, help="responses per prompt (group size)")
+    a("--minibatches", type=int, default=4, help="minibatches (optimizer steps) per rollout batch, one epoch")
+    a("--lr", type=float, default=1e-6, help="AdamW learning rate (constant)")
+    a("--lr-a", type=float, default=None, help="learning rate of model A (default --lr)")
+    a("--lr-b", type=float, default=None, help="learning rate of model B (default --lr)")
+    a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
+    a("--grad-clip", type=float, default=1.0, help="gradient-norm clip")
+    a("--eps-low", type=float, default=0.2, help="clip range below 1 (Eq. 2)")
+    a("--eps-high", type=float, default=0.28, help="clip range above 1 (clip-higher, Eq. 2)")
+    a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
+    a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
+    a("--max-new-tokens", type=int, default=4096, help="max response tokens")
+    # ablations (paper Table 2)
+    a("--no-gate", action="store_true", help="ablation: w = 1 for every peer response (no floor, no cap)")
+    a("--no-balance", action="store_true", help="ablation: send every Eq. 4 candidate, no min-m balancing")
+    a("--peer-order", default="last", choices=["last", "first", "shuffle"], help="where peer minibatches go")
+    a("--pooled", action="store_true", help="ablation: advantages over the receiver's and the peer's group together")
+    a("--success-only", action="store_true", help="ablation: transfer only the peer's successful responses")
+    # evaluation
+    a("--eval-every", type=int, default=5, help="evaluate held-out pass@1 every K steps (and at the end)")
+    a("--eval-samples", type=int, default=8, help="samples per held-out problem (pass@1 = mean)")
+    a("--eval-temperature", type=float, default=0.6, help="evaluation temperature")
+    a("--eval-top-p", type=float, default=0.95, help="evaluation top-p")
+    a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
+    # the machine and the run folder
+    a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
+    a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    a("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights dtype")
+    a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
+    a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
+    a("--out", default=None, help="run folder (default runs/<pair>)")
+    a("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
+    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default ./cache)")
+    pair = p.parse_known_args(argv)[0].pair
+    p.set_defaults(**PRESETS[pair])
+    cfg = p.parse_args(argv)
+    cfg.out = cfg.out or os.path.join("runs", cfg.pair)
+    if cfg.method == "stored" and not cfg.peer_log:
+        p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
+    return cfg
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_args(argv)
+    if cfg.method == "compare":
+        return compare(cfg)
+    summary = run(cfg, cfg.method, cfg.out)
+    print(json.dumps(summary, indent=1))
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,0 +1,323 @@
+"""
+The model pairs (paper Sec. 5.1): where the two policies A and B come from.
+
+    tiny    two heterogeneous causal LMs built from transformers configs (a Llama-style A and a
+            GPT-2-style B, different sizes), each with its own character-level tokenizer built
+            in memory (different vocabularies and ids, so transfer really goes through text).
+            Each is warm-started by a short supervised pass on its own skill mix of the tiny
+            world (strong on one family, weak-but-not-zero on the other), saved with
+            `save_pretrained` into a cache folder keyed by its spec, and loaded back with
+            `from_pretrained`: the same path real models take.
+
+    python pairs.py tiny --report    prints the world's report after warm-start: per model and
+            family, held-out pass@1 (T = 1, n = 8) and all-fail share, and per direction the
+            share of the receiver's all-fail prompts where the peer's group is mixed (Eq. 4's
+            candidates) and how many of those peer responses pass the gate (Eq. 8).
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+import tasks
+
+log = logging.getLogger("graft_min")
+CACHE_VERSION = 1  # bump when the warm-start code changes what a spec produces
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def char_tokenizer(chars, shuffle_seed, specials=SPECIALS):
+    """A character-level fast tokenizer: one token per character, ids in a seeded order.
+
+    Unknown characters become <unk> (visible, never silently dropped); decoding fuses the
+    characters back, so encode -> decode is the identity on the covered alphabet.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(chars))
+    random.Random(shuffle_seed).shuffle(chars)
+    vocab = {tok: i for i, tok in enumerate(list(specials) + chars)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=specials[2]))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], eos_token=specials[1],
+                                   unk_token=specials[2], clean_up_tokenization_spaces=False)
+
+
+def bpe_tokenizer(corpus, vocab_size=300):
+    """A small byte-level BPE trained on `corpus` (GPT-2 style: covers every byte)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS[:2],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIALS[0], eos_token=SPECIALS[1],
+                                   clean_up_tokenization_spaces=False)
+
+
+# ---------------------------------------------------------------- the tiny pair
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Everything that determines one warm-started tiny model (its cache key)."""
+
+    name: str
+    arch: str  # "llama" or "gpt2"
+    d_model: int
+    n_layer: int
+    n_head: int
+    mix: dict = field(default_factory=dict)  # family -> share of warm-start examples
+    steps: int = 600
+    batch: int = 128
+    lr: float = 2e-3
+    tokenizer_seed: int = 0
+    seed: int = 0
+    world_seed: int = 0
+
+    def key(self):
+        blob = json.dumps({"v": CACHE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+TINY = (
+    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.85, "add": 0.15},
+             steps=800, batch=64, lr=3e-3, tokenizer_seed=1, seed=1),
+    TinySpec("tiny-b-gpt2", "gpt2", d_model=112, n_layer=3, n_head=4, mix={"add": 0.8, "mul": 0.2},
+             steps=800, batch=64, lr=3e-3, tokenizer_seed=2, seed=2),
+)
+
+
+def build_tiny_model(spec, tokenizer):
+    """A randomly initialised causal LM from a transformers config."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    ids = dict(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+               bos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(spec.seed)
+    if spec.arch == "llama":
+        config = LlamaConfig(hidden_size=spec.d_model, intermediate_size=3 * spec.d_model,
+                             num_hidden_layers=spec.n_layer, num_attention_heads=spec.n_head,
+                             num_key_value_heads=spec.n_head, max_position_embeddings=256,
+                             tie_word_embeddings=True, **ids)
+        return LlamaForCausalLM(config)
+    if spec.arch == "gpt2":
+        config = GPT2Config(n_embd=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head, n_positions=256,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+        return GPT2LMHeadModel(config)
+    raise ValueError(f"TinySpec {spec.name}: unknown arch {spec.arch!r} (use 'llama' or 'gpt2')")
+
+
+def warm_start(model, tokenizer, spec, world):
+    """Supervised pass on worked solutions of the spec's family mix (loss on response tokens)."""
+    from rollout import token_logprobs
+
+    rng = random.Random(f"warm-{spec.seed}")
+    families = sorted(spec.mix)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
+    warmup = max(1, spec.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)))
+    model.train()
+    for _ in tqdm(range(spec.steps), desc=f"warm-start {spec.name}", leave=False):
+        fams = rng.choices(families, weights=[spec.mix[f] for f in families], k=spec.batch)
+        probs = [rng.choice(world.train[f]) for f in fams]
+        prompts = [tokenizer.encode(p.question) for p in probs]
+        responses = [tokenizer.encode(p.solution) + [tokenizer.eos_token_id] for p in probs]
+        logprobs, mask = token_logprobs(model, prompts, responses, tokenizer.pad_token_id)
+        loss = -(logprobs * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    model.eval()
+    return model
+
+
+def tiny_tokenizer(spec):
+    extra = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if spec.arch == "gpt2" else ""
+    return char_tokenizer(tasks.alphabet() + list(extra), shuffle_seed=spec.tokenizer_seed)
+
+
+def default_cache_dir():
+    return os.environ.get("GRAFT_MIN_CACHE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache"))
+
+
+def ensure_tiny_model(spec, cache_dir=None, world=None):
+    """Return the cache folder of a warm-started tiny model, building it on first use.
+
+    The folder is written to a temporary name and renamed when complete, so a killed build
+    never leaves a half-written cache. A folder that fails to load is rebuilt (with a warning).
+    """
+    cache_dir = cache_dir or default_cache_dir()
+    path = os.path.join(cache_dir, "tiny", spec.key())
+    if os.path.isdir(path):
+        problem = check_cached_model(path, spec)
+        if problem is None:
+            return path
+        log.warning("cached model %s is unusable (%s); rebuilding it", path, problem)
+        shutil.rmtree(path)
+    world = world or tasks.tiny_world(spec.world_seed)
+    tokenizer = tiny_tokenizer(spec)
+    model = warm_start(build_tiny_model(spec, tokenizer), tokenizer, spec, world)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(path))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    with open(os.path.join(tmp, "tiny_spec.json"), "w") as f:
+        json.dump({"key": spec.key(), **dataclasses.asdict(spec)}, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def check_cached_model(path, spec):
+    """None if `path` holds a complete model for `spec`, else a sentence saying what is wrong."""
+    spec_file = os.path.join(path, "tiny_spec.json")
+    try:
+        with open(spec_file) as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        return f"{spec_file}: {e}"
+    if saved.get("key") != spec.key():
+        return f"{spec_file} belongs to {saved.get('key')}, not {spec.key()}"
+    from safetensors import SafetensorError
+
+    try:
+        load_policy(path, "cpu", torch.float32)
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:
+        return f"loading failed: {type(e).__name__}: {e}"
+    return None
+
+
+def load_policy(path, device="cpu", dtype=torch.float32):
+    """Load a causal LM and its tokenizer from a folder (or hub id) for RL."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def _build_one(spec, cache_dir):
+    torch.set_num_threads(1)  # one core per model: two tiny models warm-start side by side
+    return ensure_tiny_model(spec, cache_dir)
+
+
+def tiny_pair(cache_dir=None, specs=TINY):
+    """Folders of the two warm-started tiny models (built on first use, in parallel processes)."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    cache_dir = cache_dir or default_cache_dir()
+    missing = [s for s in specs if not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
+    if len(missing) > 1 and (os.cpu_count() or 1) > 1:
+        with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
+    return [ensure_tiny_model(spec, cache_dir) for spec in specs]
+
+
+# ---------------------------------------------------------------- the world report
+
+def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed=0, world=None):
+    """Held-out pass@1, all-fail share and cross-model gate statistics (see module docstring)."""
+    from loss import compatibility_weight
+    from rollout import retokenize, sample_groups, token_logprobs
+    from verifier import reward
+
+    world = world or tasks.tiny_world()
+    problems = [p for fam in sorted(world.heldout) for p in world.heldout[fam]]
+    policies = [load_policy(p) for p in paths]
+    k, rollouts = [], []
+    for i, (model, tok) in enumerate(policies):
+        torch.manual_seed(seed * 1000 + i)
+        ro = sample_groups(model, tok, [tok.encode(p.question) for p in problems], n, max_new_tokens, temperature)
+        r = torch.tensor([reward(t, problems[j // n].answer) for j, t in enumerate(ro.texts)]).view(-1, n)
+        k.append(r.sum(1).long())
+        rollouts.append(ro)
+    report = {"models": {}, "directions": {}}
+    for i, path in enumerate(paths):
+        name = os.path.basename(path)
+        report["models"][name] = {}
+        for fam in sorted(world.heldout):
+            idx = [j for j, p in enumerate(problems) if p.family == fam]
+            kk = k[i][idx].float()
+            report["models"][name][fam] = {"pass@1": float(kk.mean() / n), "all_fail": float((kk == 0).float().mean())}
+    for src, recv in ((0, 1), (1, 0)):
+        all_fail = [j for j in range(len(problems)) if k[recv][j] == 0]
+        mixed = [j for j in all_fail if 0 < k[src][j] < n]
+        rows = [j * n + i for j in mixed for i in range(n)]
+        admitted = float("nan")
+        if rows:
+            model, tok = policies[recv]
+            ro = rollouts[src]
+            resp = retokenize([ro.texts[r] for r in rows], [ro.finished[r] for r in rows], tok)
+            prompts = [tok.encode(problems[r // n].question) for r in rows]
+            with torch.no_grad():
+                lp, mask = token_logprobs(model, prompts, resp, tok.pad_token_id, temperature)
+            recv_mean = (lp * mask).sum(1) / mask.sum(1)
+            w = compatibility_weight(recv_mean, torch.stack([ro.logprobs[r].mean() for r in rows]), delta)
+            admitted = float((w > 0).float().mean())
+        direction = f"{os.path.basename(paths[src])} -> {os.path.basename(paths[recv])}"
+        report["directions"][direction] = {
+            "receiver_all_fail": len(all_fail),
+            "peer_mixed_share": len(mixed) / max(1, len(all_fail)),
+            "peer_any_success_share": sum(1 for j in all_fail if k[src][j] > 0) / max(1, len(all_fail)),
+            "admitted_share": admitted,
+        }
+    return report
+
+
+def print_report(report):
+    print(f"{'model':28s} {'family':6s} {'pass@1':>7s} {'all-fail':>9s}")
+    for name, fams in report["models"].items():
+        for fam, v in fams.items():
+            print(f"{name:28s} {fam:6s} {v['pass@1']:7.3f} {v['all_fail']:9.3f}")
+    print(f"\n{'direction (source -> receiver)':56s} {'recv all-fail':>13s} {'peer mixed':>10s} {'peer >=1':>9s} {'admitted':>9s}")
+    for d, v in report["directions"].items():
+        print(f"{d:56s} {v['receiver_all_fail']:13d} {v['peer_mixed_share']:10.3f} "
+              f"{v['peer_any_success_share']:9.3f} {v['admitted_share']:9.3f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Build, warm-start and report on a model pair.")
+    parser.add_argument("pair", choices=["tiny"], help="which pair")
+    parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
+    parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
+    parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    t0 = time.time()
+    paths = tiny_pair(args.cache_dir)
+    print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
+    if args.report:
+        report = world_report(paths)
+        print_report(report)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

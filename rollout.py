@@ -1,0 +1,149 @@
+"""
+Rollouts: sampling groups of responses, scoring token log-probs, and re-tokenising a peer's
+responses for a receiver (paper Sec. 3 and 4.2).
+
+    sample_groups     n responses per prompt in batched HF `generate` (left-padded prompts),
+                      sampled from the policy itself: temperature T, top_p 1, top_k 0, and
+                      nothing from the model's own generation_config (no hub defaults leak in)
+    token_logprobs    log pi(o_t | q, o_<t) = log_softmax(logits / T) for given prompt and
+                      response ids, any padding, explicit position ids (GPT-2 needs them)
+    retokenize        a peer's response *texts* -> the receiver's token ids (Sec. 4.2: transfer
+                      is at the text level); the receiver's EOS is appended only when the
+                      peer's response finished
+    Rollout           the trajectory record: ids, texts, finished flags, behaviour log-probs
+
+Layout of a scored batch: [left pad | prompt | response | right pad]. Every response starts
+in the same column, so its log-probs are one slice of the logits. Masks come from lengths,
+never from token values (pad may equal EOS; EOS stays inside the loss mask).
+
+Behaviour log-probs: right after sampling, the same weights score the sampled tokens in one
+forward pass (as verl and TRL recompute old log-probs); tests check this equals the
+distribution `generate` sampled from. Storing generate's own logits would cost
+[tokens x vocab] memory, impossible for real vocabularies.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig
+
+
+@dataclass
+class Rollout:
+    """n sampled responses for each of G prompts, flattened prompt-major: row i = (i // n, i % n)."""
+
+    prompt_ids: list  # [G] lists of token ids, one per prompt
+    response_ids: list  # [G * n] lists of token ids, EOS included when finished
+    texts: list  # [G * n] decoded responses, special tokens skipped
+    finished: list  # [G * n] True if the response ended with EOS (not truncated)
+    logprobs: list  # [G * n] 1-D float tensors, behaviour log-probs of response_ids
+    n: int
+    seconds: dict = field(default_factory=dict)  # wall time of "generate" and "score"
+
+    def mean_logprobs(self):
+        """Eq. 6 per response: [G * n] tensor (responses are never empty)."""
+        return torch.stack([lp.mean() for lp in self.logprobs])
+
+
+def pad_batch(prompt_ids, response_ids, pad_id):
+    """Left-pad prompts, right-pad responses -> input_ids, attention_mask, position_ids [B, L],
+    response mask [B, R], and the column P where every response starts."""
+    P = max(len(p) for p in prompt_ids)
+    R = max(len(r) for r in response_ids)
+    B = len(prompt_ids)
+    input_ids = torch.full((B, P + R), pad_id, dtype=torch.long)  # [B, L]
+    attention = torch.zeros((B, P + R), dtype=torch.long)  # [B, L]
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+        input_ids[i, P - len(p):P + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        attention[i, P - len(p):P + len(r)] = 1
+    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, L], 0 at the first real token
+    response_mask = attention[:, P:].bool()  # [B, R]
+    return input_ids, attention, position_ids, response_mask, P
+
+
+def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None):
+    """log_softmax(logits / T) of each response token given its prompt and the tokens before it.
+
+    prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]);
+    gradients flow when grad mode is on. micro_batch splits the forward to bound memory.
+    """
+    device = next(model.parameters()).device
+    if micro_batch and len(prompt_ids) > micro_batch:
+        parts = [token_logprobs(model, prompt_ids[i:i + micro_batch], response_ids[i:i + micro_batch],
+                                pad_id, temperature) for i in range(0, len(prompt_ids), micro_batch)]
+        R = max(lp.shape[1] for lp, _ in parts)
+        lps = torch.cat([torch.nn.functional.pad(lp, (0, R - lp.shape[1])) for lp, _ in parts])
+        masks = torch.cat([torch.nn.functional.pad(m, (0, R - m.shape[1])) for _, m in parts])
+        return lps, masks
+    input_ids, attention, position_ids, mask, P = pad_batch(prompt_ids, response_ids, pad_id)
+    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                position_ids=position_ids.to(device), use_cache=False)
+    R = mask.shape[1]
+    logits = out.logits[:, P - 1:P + R - 1].float() / temperature  # [B, R, V], logits at t predict t+1
+    targets = input_ids[:, P:].to(device)  # [B, R]
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # [B, R]
+    return logprobs, mask.to(device)
+
+
+def response_length(ids, eos_id):
+    """Tokens up to and including the first EOS; all of them if there is none (truncated)."""
+    for t, tok in enumerate(ids):
+        if tok == eos_id:
+            return t + 1, True
+    return len(ids), False
+
+
+@torch.no_grad()
+def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0,
+                  gen_batch=None, score=True):
+    """Sample n responses for each prompt (lists of ids) and score them. Returns a Rollout.
+
+    top_p < 1 is only for evaluation (the paper evaluates at T 0.6, top-p 0.95); training
+    rollouts use the defaults so that the behaviour policy is exactly softmax(logits / T).
+    score=False skips the behaviour log-probs (evaluation needs only the texts).
+    """
+    t0 = time.time()
+    device = next(model.parameters()).device
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if eos_id is None or pad_id is None:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} needs eos_token_id and pad_token_id set")
+    flat = [p for p in prompt_ids for _ in range(n)]  # [G * n] prompt-major
+    step = gen_batch or len(flat)
+    response_ids, finished = [], []
+    # The model's own generation_config (hub defaults such as top_k=20 or a repetition
+    # penalty) must not change the sampling distribution: generate from a blank config.
+    saved_config, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        for start in range(0, len(flat), step):
+            chunk = flat[start:start + step]
+            P = max(len(p) for p in chunk)
+            input_ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in chunk], device=device)
+            attention = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=device)
+            out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+                                 temperature=temperature, top_p=top_p, top_k=0,
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+            for row in out[:, P:].tolist():
+                length, done = response_length(row, eos_id)
+                response_ids.append(row[:length])
+                finished.append(done)
+    finally:
+        model.generation_config = saved_config
+    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    t1 = time.time()
+    logprobs = []
+    for start in range(0, len(flat), step) if score else []:
+        lp, mask = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
+                                  temperature)
+        logprobs += [row[m].float().cpu() for row, m in zip(lp, mask)]
+    seconds = {"generate": t1 - t0, "score": time.time() - t1}
+    return Rollout(list(prompt_ids), response_ids, texts, finished, logprobs, n, seconds)
+
+
+def retokenize(texts, finished, tokenizer):
+    """A peer's response strings -> the receiver's response ids (its EOS appended if finished)."""
+    out = []
+    for text, done in zip(texts, finished):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        out.append(ids + [tokenizer.eos_token_id] if done else ids)
+    return out

@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny random models built from configs (no downloads, seconds to build)."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pairs  # noqa: E402
+import tasks  # noqa: E402
+
+
+def make_model(arch, tokenizer, d=32, layers=2, seed=0):
+    spec = pairs.TinySpec(f"test-{arch}", arch, d_model=d, n_layer=layers, n_head=4, seed=seed)
+    model = pairs.build_tiny_model(spec, tokenizer)
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def char_tok_a():
+    return pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=1)
+
+
+@pytest.fixture(scope="session")
+def char_tok_b():
+    # same alphabet size as A (so random models score texts alike), different ids
+    return pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=2)
+
+
+@pytest.fixture(scope="session")
+def bpe_tok():
+    world = tasks.tiny_world()
+    corpus = [p.question + p.solution for fam in world.train.values() for p in fam[:300]]
+    return pairs.bpe_tokenizer(corpus, vocab_size=320)
+
+
+@pytest.fixture(scope="session")
+def llama(char_tok_a):
+    torch.manual_seed(0)
+    return make_model("llama", char_tok_a, seed=0)
+
+
+@pytest.fixture(scope="session")
+def gpt2(char_tok_b):
+    torch.manual_seed(0)
+    return make_model("gpt2", char_tok_b, seed=1)

@@ -1,0 +1,288 @@
+"""Tests for the training loop in graft_min.py on tiny random models: the replacement and the
+gate, peer-last minibatches, GRPO never exchanging, stored mode = online, exact resume, and
+what each ablation flag changes.
+
+Rewards come from a deterministic stand-in (a hash of the text), so that random models have
+mixed and all-fail groups and exchanges really happen; everything else is the real code."""
+
+import copy
+import json
+import math
+import os
+import random
+import zlib
+
+import pytest
+import torch
+
+import graft_min
+import loss
+import rollout
+import tasks
+from conftest import make_model
+
+
+def fake_reward(text, gold):
+    return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
+
+
+@pytest.fixture(autouse=True)
+def deterministic_reward(monkeypatch):
+    monkeypatch.setattr(graft_min, "reward", fake_reward)
+
+
+def cfg_for(*flags):
+    return graft_min.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
+                                 "--eval-problems", "2", "--eval-samples", "1", "--steps", "2", *flags])
+
+
+@pytest.fixture
+def policies(llama, gpt2, char_tok_a, char_tok_b):
+    out = {}
+    for name, model, tok in (("a", llama, char_tok_a), ("b", gpt2, char_tok_b)):
+        m = copy.deepcopy(model)
+        out[name] = graft_min.Policy(name, m, tok, torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01))
+    return out
+
+
+def batch(step=0, size=6):
+    return tasks.prompt_batch(tasks.tiny_world().train_problems(), 0, step, size)
+
+
+# ---------------------------------------------------------------- the replacement and the gate
+
+def test_hand_made_step_puts_exactly_the_admitted_peer_responses_into_the_buffer(policies):
+    cfg = cfg_for()
+    recv = policies["b"]
+    probs = batch(size=2)
+    ro_b, _ = graft_min.rollout_groups(recv, probs, cfg, step=0)
+    texts = ["12+3=15 \\boxed{15}", "7*8=56", "1,2,3 \\boxed{6}", "\\boxed{0}"] + ["9"] * 4
+    finished = [True, False, True, True] + [True] * 4
+    rewards = torch.tensor([[1.0, 0, 0, 1], [0, 0, 0, 0]])
+    # the receiver's own mean log-prob of each text, to place s exactly where we want it
+    resp = rollout.retokenize(texts[:4], finished[:4], recv.tok)
+    lp, mask = rollout.token_logprobs(recv.model, [ro_b.prompt_ids[0]] * 4, resp, recv.tok.pad_token_id)
+    recv_mean = loss.mean_logprob(lp, mask).detach()
+    s_target = torch.tensor([1.3, 0.9, 0.5, 0.81])
+    src_mean = recv_mean - torch.log(s_target)
+    peer = graft_min.Groups(texts, finished, torch.cat([src_mean, torch.zeros(4)]), rewards)
+
+    rows, s = graft_min.graft_groups(recv, ro_b, peer, [0], cfg)
+
+    torch.testing.assert_close(torch.tensor(s), s_target, atol=1e-5, rtol=0)
+    kept = [0, 1, 3]  # s = 0.5 <= delta = 0.8 is dropped
+    assert [r.peer for r in rows] == [True] * 3 and all(r.prompt == 0 for r in rows)
+    decoded = [recv.tok.decode(r.response_ids[:-1] if finished[i] else r.response_ids) for r, i in zip(rows, kept)]
+    assert decoded == [texts[i] for i in kept]
+    src_adv = [0.866025, -0.866025, -0.866025, 0.866025]  # Eq. 1 over A's full group, never re-normalised
+    assert [r.advantage for r in rows] == pytest.approx([src_adv[i] for i in kept], abs=1e-5)
+    assert [r.weight for r in rows] == pytest.approx([1.0, 0.9, 0.81], abs=1e-5)
+    for r, i in zip(rows, kept):  # Eq. 9: the ratio's denominator is the RECEIVER's behaviour policy
+        torch.testing.assert_close(r.old_logprobs, lp[i][mask[i]].detach())
+        assert r.prompt_ids == ro_b.prompt_ids[0]  # the receiver's own prompt encoding
+
+
+def capture_updates(monkeypatch):
+    seen = {}
+    real = graft_min.update
+
+    def spy(pol, rows, cfg, rng):
+        seen[pol.name] = list(rows)
+        return real(pol, rows, cfg, rng)
+    monkeypatch.setattr(graft_min, "update", spy)
+    return seen
+
+
+def test_train_step_replaces_selected_groups_and_keeps_the_rest(policies, monkeypatch):
+    seen = capture_updates(monkeypatch)
+    cfg = cfg_for("--method", "graft", "--delta", "0")
+    probs = batch(step=5)
+    metrics, groups = graft_min.train_step(5, policies, probs, cfg)
+    k = {m: groups[m].rewards.sum(1).long().tolist() for m in "ab"}
+    a_to_b, b_to_a = graft_min.select_exchange(k["a"], k["b"], cfg.n)
+    assert a_to_b and b_to_a, "the test world must exchange both ways; pick another step"
+    for recv, selected, src in (("b", a_to_b, "a"), ("a", b_to_a, "b")):
+        rows = seen[recv]
+        assert metrics[recv]["selected"] == len(selected)
+        for q in range(len(probs)):
+            own = [r for r in rows if r.prompt == q and not r.peer]
+            peer = [r for r in rows if r.prompt == q and r.peer]
+            if q in selected:  # replaced: no own response left, the source's texts instead
+                assert own == [] and len(peer) == cfg.n
+                assert sorted(policies[recv].tok.decode(r.response_ids, skip_special_tokens=True) for r in peer) == \
+                    sorted(groups[src].texts[q * cfg.n:(q + 1) * cfg.n])
+            else:  # untouched, including unrescued all-fail groups (zero advantage)
+                assert peer == [] and len(own) == cfg.n
+
+
+def test_grpo_never_exchanges(policies, monkeypatch):
+    seen = capture_updates(monkeypatch)
+    metrics, groups = graft_min.train_step(5, policies, batch(step=5), cfg_for("--method", "grpo"))
+    assert sum(metrics[m]["candidates_in"] for m in "ab") > 0  # GRAFT would have exchanged here
+    for m in "ab":
+        assert metrics[m]["selected"] == 0 and not any(r.peer for r in seen[m])
+
+
+# ---------------------------------------------------------------- minibatches and the update
+
+def _rows(peer_prompts, prompts=8):
+    return [graft_min.Row(q, [1], [2, 3], torch.zeros(2), 0.5, 1.0, q in peer_prompts) for q in range(prompts)]
+
+
+def test_peer_minibatches_come_last_first_or_shuffled():
+    rows = _rows({2, 5})
+    order = lambda mbs: [sorted({r.prompt for r in mb}) for mb in mbs]  # noqa: E731
+    assert order(graft_min.minibatches(rows, 4, "last", random.Random(0))) == [[0, 1], [3, 4], [6, 7], [2, 5]]
+    assert order(graft_min.minibatches(rows, 4, "first", random.Random(0))) == [[2, 5], [0, 1], [3, 4], [6, 7]]
+    shuffled = [order(graft_min.minibatches(rows, 4, "shuffle", random.Random(s))) for s in range(20)]
+    assert all(sorted(o) == [[0, 1], [2, 5], [3, 4], [6, 7]] for o in shuffled)
+    assert len({str(o) for o in shuffled}) > 1
+    assert order(graft_min.minibatches(_rows(set(), prompts=3), 4, "last", random.Random(0))) == [[0], [1], [2]]
+
+
+def test_nonfinite_loss_skips_the_update_and_counts_it(policies, char_tok_b):
+    pol = policies["b"]
+    before = copy.deepcopy(pol.model.state_dict())
+    p = char_tok_b.encode("Q:1+1=")
+    rows = [graft_min.Row(0, p, char_tok_b.encode("2"), torch.tensor([-1.0]), float("nan"), 1.0, False)]
+    st = graft_min.update(pol, rows, cfg_for("--minibatches", "1"), random.Random(0))
+    assert st["skipped"] == 1
+    for k, v in pol.model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_micro_batches_give_the_same_update(policies):
+    cfg = cfg_for()
+    ro, g = graft_min.rollout_groups(policies["a"], batch(), cfg, 0)
+    adv = loss.group_advantages(g.rewards)
+    rows = [r for q in range(6) for r in graft_min.own_rows(ro, q, adv[q])]
+    results = []
+    for micro in (None, 3):
+        pol = copy.deepcopy(policies["a"])
+        pol.opt = torch.optim.SGD(pol.model.parameters(), lr=1.0)
+        graft_min.update(pol, rows, graft_min.argparse.Namespace(**{**vars(cfg), "micro_batch": micro}), random.Random(0))
+        results.append(pol.model.state_dict())
+    for k in results[0]:
+        torch.testing.assert_close(results[0][k], results[1][k], atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- ablation flags
+
+def _peer_setup(policies):
+    cfg = cfg_for()
+    recv = policies["a"]
+    probs = batch(size=2)
+    ro, _ = graft_min.rollout_groups(recv, probs, cfg, step=0)
+    texts = ["1+1=2 \\boxed{2}", "5*5=25", "\\boxed{9}", "3+4=7"] * 2
+    resp = rollout.retokenize(texts[:4], [True] * 4, recv.tok)
+    lp, mask = rollout.token_logprobs(recv.model, [ro.prompt_ids[1]] * 4, resp, recv.tok.pad_token_id)
+    src_mean = loss.mean_logprob(lp, mask).detach() - torch.log(torch.tensor([1.2, 0.95, 0.6, 0.85]))
+    peer = graft_min.Groups(texts, [True] * 8, torch.cat([torch.zeros(4), src_mean]),
+                            torch.tensor([[0.0, 0, 0, 0], [1.0, 0, 1, 0]]))
+    return recv, ro, peer
+
+
+def _run(policies, *flags):
+    recv, ro, peer = _peer_setup(policies)
+    rows, _ = graft_min.graft_groups(recv, ro, peer, [1], cfg_for(*flags))
+    return [(r.peer, recv.tok.decode(r.response_ids, skip_special_tokens=True), round(r.advantage, 5),
+             round(r.weight, 5)) for r in rows]
+
+
+def test_ablation_flags_change_only_what_they_should(policies):
+    a = round(0.5 / (math.sqrt(1 / 3) + 1e-6), 5)  # rewards [1,0,1,0]: +-0.5 / (sample std + eps)
+    default = _run(policies)
+    assert default == [(True, "1+1=2 \\boxed{2}", a, 1.0), (True, "5*5=25", -a, 0.95), (True, "3+4=7", -a, 0.85)]
+    # no gate: every peer response, w = 1, same advantages
+    assert _run(policies, "--no-gate") == [(True, t, adv, 1.0) for t, adv in
+                                          [("1+1=2 \\boxed{2}", a), ("5*5=25", -a), ("\\boxed{9}", a), ("3+4=7", -a)]]
+    # delta 0: the floor goes, the cap stays
+    assert _run(policies, "--delta", "0") == default[:2] + [(True, "\\boxed{9}", a, 0.6)] + default[2:]
+    # delta 0.9: one more response falls under the floor
+    assert _run(policies, "--delta", "0.9") == default[:2]
+    # success only: the failures leave, nothing else changes
+    assert _run(policies, "--success-only") == default[:1]
+    # pooled: the receiver's own all-fail group stays; advantages over 2n = 8 rewards [0]*6 + [1]*2
+    pooled = _run(policies, "--pooled")
+    r = torch.tensor([0.0] * 4 + [1, 0, 1, 0])
+    pa = ((r - r.mean()) / (r.std() + 1e-6)).tolist()
+    assert [x[0] for x in pooled] == [False] * 4 + [True] * 3
+    assert [x[2] for x in pooled] == pytest.approx([pa[0]] * 4 + [pa[4], pa[5], pa[7]], abs=1e-5)
+    assert [x[1:2] + x[3:] for x in pooled[4:]] == [d[1:2] + d[3:] for d in default]
+
+
+def test_no_balance_sends_every_candidate(policies, monkeypatch):
+    calls = []
+    real = graft_min.select_exchange
+    monkeypatch.setattr(graft_min, "select_exchange", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    graft_min.train_step(0, policies, batch(), cfg_for("--method", "graft"))
+    graft_min.train_step(0, policies, batch(), cfg_for("--method", "graft", "--no-balance"))
+    assert calls == [{"balance": True}, {"balance": False}]
+
+
+# ---------------------------------------------------------------- runs: stored mode, resume
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
+    root = tmp_path_factory.mktemp("models")
+    paths = []
+    for name, model, tok in (("a", llama, char_tok_a), ("b", gpt2, char_tok_b)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths.append(str(root / name))
+    return paths
+
+
+def run(model_dirs, out, *flags):
+    cfg = cfg_for("--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(out), "--ckpt-every", "1",
+                  "--eval-every", "1", *flags)
+    return graft_min.run(cfg, cfg.method, str(out))
+
+
+def _weights(out, name):
+    return torch.load(os.path.join(out, "checkpoint.pt"), weights_only=False)["models"][name]
+
+
+def test_stored_mode_equals_the_online_step_on_the_same_peer_data(model_dirs, tmp_path):
+    run(model_dirs, tmp_path / "grpo", "--method", "grpo", "--steps", "1")
+    online = run(model_dirs, tmp_path / "graft", "--method", "graft", "--no-balance", "--steps", "1", "--delta", "0")
+    assert online["models"]["b"]["groups_exchanged"] > 0, "no exchange at step 0: the test would prove nothing"
+    stored = run(model_dirs, tmp_path / "stored", "--method", "stored", "--train", "b", "--steps", "1", "--delta", "0",
+                 "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))
+    assert stored["models"]["b"]["groups_exchanged"] == online["models"]["b"]["groups_exchanged"]
+    w_online, w_stored = _weights(tmp_path / "graft", "b"), _weights(tmp_path / "stored", "b")
+    for k in w_online:
+        assert torch.equal(w_online[k], w_stored[k]), k
+
+
+def test_stored_mode_names_the_step_when_the_log_does_not_line_up(model_dirs, tmp_path):
+    run(model_dirs, tmp_path / "grpo", "--method", "grpo", "--steps", "1")
+    with pytest.raises(ValueError, match="step 0: the logged prompts"):
+        run(model_dirs, tmp_path / "stored", "--method", "stored", "--steps", "1", "--seed", "7",
+            "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))
+    with pytest.raises(ValueError, match="at step 1"):
+        run(model_dirs, tmp_path / "stored2", "--method", "stored", "--steps", "2",
+            "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))
+
+
+def _metrics(out):
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    for m in lines:
+        m.pop("seconds")
+    return lines
+
+
+def test_resume_after_an_interruption_matches_the_uninterrupted_run(model_dirs, tmp_path):
+    run(model_dirs, tmp_path / "full", "--method", "graft", "--no-balance", "--steps", "3")
+    part = tmp_path / "part"
+    run(model_dirs, part, "--method", "graft", "--no-balance", "--steps", "2")
+    # the kill came mid-way through step 2: a logged step past the checkpoint and a torn line
+    with open(part / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "model": "a", "junk": True}) + "\n" + '{"step": 2, "mod')
+    run(model_dirs, part, "--method", "graft", "--no-balance", "--steps", "3", "--resume")
+    assert _metrics(part) == _metrics(tmp_path / "full")
+    for name in "ab":
+        for k, v in _weights(tmp_path / "full", name).items():
+            assert torch.equal(v, _weights(part, name)[k]), k
+    evals = lambda d: [json.loads(l) for l in open(os.path.join(d, "evals.jsonl"))]  # noqa: E731
+    assert evals(part) == evals(tmp_path / "full")

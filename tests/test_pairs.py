@@ -1,0 +1,64 @@
+"""Tests for pairs.py: the warm-start cache is reused, rebuilt when its spec changes, and a
+corrupt cache is rebuilt with a warning instead of crashing inside transformers."""
+
+import logging
+import os
+
+import pytest
+
+import pairs
+
+SPEC = pairs.TinySpec("test-cache", "llama", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5},
+                      steps=2, batch=4, seed=0)
+
+
+@pytest.fixture
+def built(tmp_path):
+    return pairs.ensure_tiny_model(SPEC, str(tmp_path)), tmp_path
+
+
+def test_cache_is_reused(built, monkeypatch):
+    path, cache = built
+    assert os.path.isfile(os.path.join(path, "tiny_spec.json"))
+    monkeypatch.setattr(pairs, "warm_start", lambda *a: pytest.fail("warm-started again despite a valid cache"))
+    assert pairs.ensure_tiny_model(SPEC, str(cache)) == path
+    model, tok = pairs.load_policy(path)
+    assert tok.decode(tok.encode("Q:12*3=")) == "Q:12*3="
+    assert model.config.model_type == "llama"
+
+
+def test_changed_spec_builds_a_new_folder(built):
+    path, cache = built
+    other = pairs.TinySpec(**{**SPEC.__dict__, "lr": 1e-3})
+    assert other.key() != SPEC.key()
+    assert pairs.ensure_tiny_model(other, str(cache)) != path
+    assert sorted(os.listdir(os.path.join(cache, "tiny"))) == sorted([SPEC.key(), other.key()])
+
+
+@pytest.mark.parametrize("victim, garbage", [("model.safetensors", b"not a safetensors file"),
+                                             ("config.json", b"{ broken"),
+                                             ("tiny_spec.json", b"")])
+def test_corrupt_cache_is_rebuilt_with_a_warning(built, victim, garbage, caplog):
+    path, cache = built
+    with open(os.path.join(path, victim), "wb") as f:
+        f.write(garbage)
+    with caplog.at_level(logging.WARNING, logger="graft_min"):
+        again = pairs.ensure_tiny_model(SPEC, str(cache))
+    assert again == path
+    assert any("unusable" in r.message and path in r.message for r in caplog.records)
+    pairs.load_policy(path)  # loads cleanly after the rebuild
+
+
+def test_unfinished_build_leaves_no_cache(tmp_path, monkeypatch):
+    def boom(*a):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pairs, "warm_start", boom)
+    with pytest.raises(KeyboardInterrupt):
+        pairs.ensure_tiny_model(SPEC, str(tmp_path))
+    assert not os.path.exists(os.path.join(tmp_path, "tiny", SPEC.key()))
+
+
+def test_unknown_arch_is_a_clear_error(char_tok_a):
+    bad = pairs.TinySpec("x", "mamba", d_model=16, n_layer=1, n_head=2)
+    with pytest.raises(ValueError, match="unknown arch 'mamba'"):
+        pairs.build_tiny_model(bad, char_tok_a)

@@ -1,0 +1,129 @@
+"""Tests for rollout.py: padding-invariant scoring, generation = scoring, untruncated sampling,
+re-tokenisation across tokenizers, EOS handling when pad == eos."""
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+import rollout
+import tasks
+from conftest import make_model
+import pairs
+
+
+def _texts():
+    w = tasks.tiny_world()
+    return [w.train["mul"][0], w.train["add"][1], w.train["add"][2], w.train["mul"][3]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_left_padded_batch_scores_like_each_sequence_alone(arch, char_tok_a):
+    torch.manual_seed(0)
+    model = make_model(arch, char_tok_a, seed=3)
+    probs = _texts()
+    prompts = [char_tok_a.encode(p.question) for p in probs]
+    # responses of very different lengths, so both left and right padding are exercised
+    responses = [char_tok_a.encode(p.solution[: 5 + 9 * i]) for i, p in enumerate(probs)]
+    with torch.no_grad():
+        batch_lp, mask = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id, temperature=0.7)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            alone, _ = rollout.token_logprobs(model, [p], [r], char_tok_a.pad_token_id, temperature=0.7)
+            assert mask[i].sum() == len(r)
+            torch.testing.assert_close(batch_lp[i, :len(r)], alone[0], atol=1e-5, rtol=0)
+
+
+def test_scoring_matches_a_plain_forward_pass(llama, char_tok_a):
+    p = _texts()[1]
+    ids = char_tok_a.encode(p.question + p.solution)
+    P = len(char_tok_a.encode(p.question))
+    with torch.no_grad():
+        logits = llama(torch.tensor([ids])).logits[0]  # no padding at all
+        ref = torch.log_softmax(logits[P - 1:-1] / 1.3, -1).gather(-1, torch.tensor(ids[P:])[:, None]).squeeze(-1)
+        lp, _ = rollout.token_logprobs(llama, [ids[:P]], [ids[P:]], char_tok_a.pad_token_id, temperature=1.3)
+    torch.testing.assert_close(lp[0], ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_generation_logprobs_equal_a_separate_scoring_pass(arch, char_tok_a):
+    torch.manual_seed(0)
+    model = make_model(arch, char_tok_a, seed=4)
+    prompts = [char_tok_a.encode(p.question) for p in _texts()]
+    T, n = 0.9, 3
+    torch.manual_seed(123)
+    ro = rollout.sample_groups(model, char_tok_a, prompts, n, max_new_tokens=12, temperature=T)
+    # the same draw again, straight from generate, keeping its logits
+    torch.manual_seed(123)
+    flat = [p for p in prompts for _ in range(n)]
+    P = max(map(len, flat))
+    ids = torch.tensor([[char_tok_a.pad_token_id] * (P - len(p)) + p for p in flat])
+    att = (torch.arange(P)[None] >= torch.tensor([P - len(p) for p in flat])[:, None]).long()
+    out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=T, top_k=0, top_p=1.0,
+                         max_new_tokens=12, eos_token_id=char_tok_a.eos_token_id, pad_token_id=char_tok_a.pad_token_id,
+                         output_logits=True, return_dict_in_generate=True, generation_config=GenerationConfig())
+    for i in range(len(flat)):
+        resp = ro.response_ids[i]
+        assert out.sequences[i, P:P + len(resp)].tolist() == resp
+        gen_lp = torch.stack([torch.log_softmax(out.logits[t][i] / T, -1)[tok] for t, tok in enumerate(resp)])
+        torch.testing.assert_close(ro.logprobs[i], gen_lp, atol=1e-4, rtol=0)
+
+
+def test_sampling_ignores_the_models_generation_config(char_tok_a):
+    """A hub generation_config with top_k / top_p / repetition penalty must not leak in."""
+    torch.manual_seed(0)
+    model = make_model("llama", char_tok_a, seed=5)
+    model.generation_config = GenerationConfig(top_k=1, top_p=0.05, repetition_penalty=5.0, do_sample=False)
+    prompt = char_tok_a.encode("Q:12*3=")
+    N = 3000
+    torch.manual_seed(0)
+    ro = rollout.sample_groups(model, char_tok_a, [prompt], N, max_new_tokens=1, temperature=1.0)
+    counts = torch.bincount(torch.tensor([r[0] for r in ro.response_ids]), minlength=len(char_tok_a)).float()
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
+    tv = 0.5 * (counts / N - probs).abs().sum().item()
+    assert (counts > 0).sum() > 10, "sampling was truncated (top-k/top-p leaked in)"
+    assert tv < 0.06, f"empirical first-token distribution is {tv:.3f} (total variation) from softmax(logits)"
+    assert model.generation_config.top_k == 1  # the model's own config is restored afterwards
+
+
+def test_pad_equal_to_eos_keeps_eos_in_the_mask():
+    tok = pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=3, specials=["<eos>", "<eos2>", "<unk>"])
+    tok.pad_token = tok.eos_token  # pad == eos, as many real tokenizers have it
+    assert tok.pad_token_id == tok.eos_token_id
+    eos = tok.eos_token_id
+    assert rollout.response_length([5, 6, eos, eos, eos], eos) == (3, True)
+    assert rollout.response_length([5, 6, 7], eos) == (3, False)
+    torch.manual_seed(0)
+    model = make_model("gpt2", tok, seed=6)
+    torch.manual_seed(1)
+    ro = rollout.sample_groups(model, tok, [tok.encode("Q:1+2=")], 16, max_new_tokens=6)
+    for ids, done, lp in zip(ro.response_ids, ro.finished, ro.logprobs):
+        assert len(lp) == len(ids)  # one log-prob per response token, the EOS included
+        assert done == (ids[-1] == eos) and eos not in ids[:-1]
+    _, mask = rollout.token_logprobs(model, [tok.encode("Q:")] * 2, [[5, eos], [5, 6, 7, eos]], tok.pad_token_id)
+    assert mask.tolist() == [[True, True, False, False], [True, True, True, True]]
+
+
+@pytest.mark.parametrize("src, recv", [("char_tok_a", "bpe_tok"), ("bpe_tok", "char_tok_a"), ("char_tok_a", "char_tok_b")])
+def test_retokenised_peer_text_decodes_to_the_same_text(src, recv, request):
+    src_tok, recv_tok = request.getfixturevalue(src), request.getfixturevalue(recv)
+    texts = [p.solution for p in _texts()] + ["1+2=3 \\boxed{3", ""]
+    src_ids = [src_tok.encode(t) for t in texts]
+    assert [src_tok.decode(i) for i in src_ids] == texts
+    finished = [True, False, True, False, True, False]
+    ids = rollout.retokenize(texts, finished, recv_tok)
+    for t, done, r in zip(texts, finished, ids):
+        assert (len(r) > 0 and r[-1] == recv_tok.eos_token_id) == done
+        body = r[:-1] if done else r
+        assert recv_tok.decode(body) == t
+    if recv == "bpe_tok":  # genuinely different segmentations: BPE merges characters
+        assert len(ids[0]) - 1 < len(src_ids[0])  # (ids[0] ends with EOS)
+
+
+def test_char_tokenizer_round_trip_and_visible_unknowns(char_tok_a, char_tok_b):
+    text = "".join(tasks.alphabet())
+    for tok in (char_tok_a, char_tok_b):
+        assert tok.decode(tok.encode(text)) == text
+        assert len(tok.encode(text)) == len(text)
+    assert char_tok_a.encode(text) != char_tok_b.encode(text)  # different ids
+    unk = char_tok_a.encode("1?2")
+    assert len(unk) == 3 and unk[1] == char_tok_a.unk_token_id  # never silently dropped
