@@ -17,7 +17,8 @@ the paper's Table 2: --no-gate, --delta, --no-balance, --peer-order, --pooled, -
 
 `python graft_min.py --pair tiny` (method "compare") runs GRPO and GRAFT from the same
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
-Simplifications: HF generate instead of vLLM; one process; the tiny world instead of MATH.
+Simplifications: HF generate instead of vLLM; one process per run; the tiny pair trains on a synthetic
+world instead of MATH (--pair small and the paper presets use MATH and the five benchmarks).
 """
 
 import argparse
@@ -25,9 +26,11 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import os
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -218,6 +221,7 @@ class Policy:
     model: torch.nn.Module
     tok: object
     opt: torch.optim.Optimizer
+    lr: float = 0.0  # the constant learning rate after warm-up
 
 
 def seed_for(cfg, step, name, what="sample"):
@@ -231,7 +235,7 @@ def rollout_groups(pol, batch, cfg, step):
     torch.manual_seed(seed_for(cfg, step, pol.name))
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
-                               gen_batch=cfg.gen_batch)
+                               gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
     rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
     return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), rewards)
 
@@ -260,6 +264,8 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
         rows = [r for q in range(len(batch)) if q not in selected for r in own_rows(ros[name], q, adv[q])]
         peer_rows, s = graft_groups(pol, ros[name], groups[peer], selected, cfg) if selected else ([], [])
         t_graft = time.time() - t1
+        for group in pol.opt.param_groups:  # linear warm-up over the first steps (paper: none)
+            group["lr"] = pol.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
         st = update(pol, rows + peer_rows, cfg, random.Random(seed_for(cfg, step, name, "minibatch-order")))
         all_fail = (k[name] == 0)
         peer_w = [r.weight for r in peer_rows if r.peer]
@@ -318,27 +324,74 @@ def evaluate(pol, heldout, cfg, step):
 # ---------------------------------------------------------------- a run
 
 def make_policy(name, path, lr, cfg):
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
-    model, tok = pairs.load_policy(path, cfg.device, dtype)
+    """One model for RL. Weights, gradients and AdamW states are fp32; --dtype bfloat16 runs every
+    forward pass under bf16 autocast (pairs.autocast_bf16: fp32 master weights, as mixed precision
+    training does). Optional gradient checkpointing; --plain-prompt drops the chat template."""
+    model, tok = pairs.load_policy(path, cfg.device, torch.float32)
+    if cfg.dtype == "bfloat16":
+        pairs.autocast_bf16(model, torch.device(cfg.device).type)
+    if cfg.grad_checkpointing:
+        pairs.enable_grad_checkpointing(model)
+    if cfg.plain_prompt:
+        tok.chat_template = None  # base models: the bare question + suffix
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
-    return Policy(name, model, tok, opt)
+    gb = memory_estimate(model, cfg)
+    log.info("model %s (%s): %.2fB params; fp32 weights %.1f + grads %.1f + AdamW states %.1f = %.1f GB, "
+             "+ ~%.1f GB of fp32 log-probs over the vocabulary per micro-batch (activations and KV cache not counted)",
+             name, path, gb["params"], gb["weights"], gb["grads"], gb["adam"], gb["total"], gb["logits"])
+    return Policy(name, model, tok, opt, lr)
+
+
+def memory_estimate(model, cfg):
+    """GB one model needs on its device, logged at start. 16 bytes per parameter: fp32 weights (4),
+    gradients (4), AdamW's two moments (8). Plus the update's vocabulary-wide tensors of one
+    micro-batch (logits in fp32, divided by T, log_softmax: 3 copies of [B, T, V] x 4 bytes),
+    prompts of at most 512 tokens assumed. "params" is in billions."""
+    n = sum(p.numel() for p in model.parameters())  # tied embeddings count once
+    vocab = model.get_output_embeddings().weight.shape[0]
+    micro = cfg.micro_batch or math.ceil(cfg.prompts_per_step * cfg.n / cfg.minibatches)
+    gb = {"params": n / 1e9, "weights": 4 * n / 1e9, "grads": 4 * n / 1e9, "adam": 8 * n / 1e9}
+    gb["total"] = gb["weights"] + gb["grads"] + gb["adam"]
+    gb["logits"] = 3 * micro * (512 + cfg.max_new_tokens) * vocab * 4 / 1e9
+    return gb
 
 
 def load_data(cfg):
-    """(training problems, held-out problems per family) for this run."""
+    """(training problems, held-out problems per family) for this run.
+
+    math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
+    set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
+    hub (tasks.SOURCES); each held-out family (= benchmark) is cut to --eval-problems."""
     if cfg.data == "tiny":
         world = tasks.tiny_world(cfg.world_seed)
         return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
-    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny')")
+    if cfg.data in ("math", "gsm8k"):
+        train = tasks.load_math_train(cfg.train_data) if cfg.data == "math" else tasks.load_gsm8k(cfg.train_data)
+        local = dict(item.split("=", 1) for item in cfg.eval_data or [])
+        heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
+        return train, heldout
+    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'math' or 'gsm8k')")
+
+
+def eval_sets(cfg):
+    """The evaluated benchmarks: --eval-sets, else the paper's five (math) or GSM8K's test split."""
+    if cfg.eval_sets:
+        return cfg.eval_sets.split(",")
+    return list(tasks.BENCHMARKS) if cfg.data == "math" else ["gsm8k"]
 
 
 def model_paths(cfg):
+    """Folders or hub ids of models A and B: --model-a / --model-b win over the pair's."""
     if cfg.model_a and cfg.model_b:
         return {"a": cfg.model_a, "b": cfg.model_b}
     if cfg.pair == "tiny":
         a, b = pairs.tiny_pair(cfg.cache_dir)
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
-    raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use 'tiny', or give --model-a and --model-b)")
+    if cfg.pair in pairs.PAIRS:
+        a, b = pairs.PAIRS[cfg.pair]
+        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use one of {', '.join(PRESETS)}, "
+                     f"or give --model-a and --model-b)")
 
 
 def stored_groups(log_records, step, batch, cfg, path):
@@ -395,7 +448,9 @@ def run(cfg, method, out):
         for name, pol in policies.items():
             runlog.append_jsonl(files["evals"], {"step": 0, "model": name, **evaluate(pol, heldout, cfg, 0)})
 
-    for step in tqdm(range(start, cfg.steps), desc=f"{method} {os.path.basename(out)}", initial=start, total=cfg.steps):
+    bar = tqdm(range(start, cfg.steps), desc=f"{method:6s} {out}", initial=start, total=cfg.steps,
+               position=getattr(cfg, "bar_position", 0))
+    for step in bar:
         t0 = time.time()
         batch = tasks.prompt_batch(train_problems, cfg.seed, step, cfg.prompts_per_step)
         peer = stored_groups(peer_log, step, batch, cfg, cfg.peer_log) if peer_log is not None else None
@@ -449,13 +504,35 @@ def summarize(out, wall):
 
 # ---------------------------------------------------------------- the main job and the CLI
 
+def _run_job(job):
+    torch.set_num_threads(1)  # one core per run
+    return run(*job)
+
+
+def run_parallel(jobs, workers):
+    """Run (cfg, method, out) jobs, `workers` at a time in separate processes (1 = in this one)."""
+    if workers <= 1 or len(jobs) == 1:
+        return [run(*job) for job in jobs]
+    jobs = [(argparse.Namespace(**{**vars(cfg), "bar_position": i % workers}), m, out)
+            for i, (cfg, m, out) in enumerate(jobs)]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_run_job, jobs))
+
+
 def compare(cfg):
-    """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget."""
-    results = {m: run(cfg, m, os.path.join(cfg.out, m)) for m in ("grpo", "graft")}
+    """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget
+    (the two runs go side by side, one per core, when there are two cores)."""
+    model_paths(cfg)  # warm-start the tiny pair once, before the runs
+    methods = ("grpo", "graft")
+    workers = 1 if cfg.device.startswith("cuda") else min(2, os.cpu_count() or 1)  # one GPU: one run at a time
+    results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
     summary = {"config": vars(cfg), "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
     print_table(results)
+    import plots
+    written = plots.plot_runs([cfg.out])
     print(f"\nrun folders: {os.path.join(cfg.out, 'grpo')}  {os.path.join(cfg.out, 'graft')}")
+    print(f"summary: {os.path.join(cfg.out, 'summary.json')}   plots: {', '.join(written)}")
     return summary
 
 
@@ -475,9 +552,21 @@ def print_table(results):
                   f"{w:>7s} {m['clip_self']:10.4f} {m['clip_peer']:10.4f} {res['wall_seconds']:7.0f}")
 
 
+# The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
+# lr 1e-6, responses up to 4096 tokens, 174 steps = 3 epochs of MATH, validation every 5 steps (pass@1 over 8
+# samples). One large GPU (H200 class, ~100 GB): bf16 autocast over fp32 weights, gradient checkpointing.
+PAPER = dict(steps=174, prompts_per_step=128, lr=1e-6, lr_a=None, lr_b=None, max_new_tokens=4096, eval_every=5,
+             eval_samples=8, eval_problems=500, ckpt_every=25, data="math", dtype="bfloat16", grad_checkpointing=True,
+             gen_batch=32, micro_batch=1)
+
 PRESETS = {  # per-pair defaults; flags given on the command line win
     "tiny": dict(steps=120, prompts_per_step=16, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48, eval_every=20,
                  eval_samples=4, eval_problems=200, ckpt_every=20, data="tiny"),
+    # two ~0.5B instruct models on one 24 GB GPU (~14 GB of weights, grads and AdamW states + ~6 GB peak):
+    # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
+    "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
+              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20, "gen_batch": 32, "micro_batch": 2},
+    "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
 }
 
 
@@ -487,7 +576,12 @@ def parse_args(argv=None):
     a("--pair", default="tiny", choices=sorted(PRESETS), help="model pair preset (sets the defaults below)")
     a("--model-a", default=None, help="model A: a local folder or hub id (overrides the pair)")
     a("--model-b", default=None, help="model B: a local folder or hub id (overrides the pair)")
-    a("--data", default="tiny", help="training and held-out problems: 'tiny'")
+    a("--data", default="tiny", choices=["tiny", "math", "gsm8k"],
+      help="tiny: the synthetic world; math: MATH train, the paper's five benchmarks held out; gsm8k: train / test")
+    a("--train-data", default=None, help="local .jsonl / .parquet file of the training set (default: from the hub)")
+    a("--eval-data", action="append", default=None, metavar="NAME=PATH",
+      help=f"local file of a held-out set, NAME in {', '.join(tasks.BENCHMARKS)}, gsm8k (repeat; default: the hub)")
+    a("--eval-sets", default=None, help="comma-separated held-out sets (default: all five for math, gsm8k for gsm8k)")
     a("--method", default="compare", choices=["compare", "graft", "grpo", "stored"],
       help="compare = GRPO then GRAFT from the same start; stored = one model learns from --peer-log")
     a("--train", default="b", choices=["a", "b"], help="stored mode: which model trains")
@@ -500,6 +594,7 @@ def parse_args(argv=None):
     a("--lr", type=float, default=1e-6, help="AdamW learning rate (constant)")
     a("--lr-a", type=float, default=None, help="learning rate of model A (default --lr)")
     a("--lr-b", type=float, default=None, help="learning rate of model B (default --lr)")
+    a("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up over this many steps (paper: 0)")
     a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
     a("--grad-clip", type=float, default=1.0, help="gradient-norm clip")
     a("--eps-low", type=float, default=0.2, help="clip range below 1 (Eq. 2)")
@@ -523,7 +618,11 @@ def parse_args(argv=None):
     a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
-    a("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights dtype")
+    a("--dtype", default="float32", choices=["float32", "bfloat16"],
+      help="bfloat16: forward passes under bf16 autocast; weights, grads and AdamW states stay fp32")
+    a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
+      help="recompute layer activations in the backward pass (less memory, ~30%% more update time)")
+    a("--plain-prompt", action="store_true", help="ignore the tokenizer's chat template: bare question + suffix")
     a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
     a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
     a("--out", default=None, help="run folder (default runs/<pair>)")
@@ -536,15 +635,29 @@ def parse_args(argv=None):
     cfg.out = cfg.out or os.path.join("runs", cfg.pair)
     if cfg.method == "stored" and not cfg.peer_log:
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
+    if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
+        p.error("--train-data, --eval-data and --eval-sets need --data math or gsm8k")
+    known = list(tasks.BENCHMARKS) + ["gsm8k"]
+    for name in eval_sets(cfg) if cfg.data != "tiny" else []:
+        if name not in known:
+            p.error(f"--eval-sets: unknown set {name!r} (use {', '.join(known)})")
+    for item in cfg.eval_data or []:
+        name = item.split("=", 1)[0]
+        if "=" not in item or name not in eval_sets(cfg):
+            p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets "
+                    f"{', '.join(eval_sets(cfg))}")
     return cfg
 
 
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_args(argv)
-    if cfg.method == "compare":
-        return compare(cfg)
-    summary = run(cfg, cfg.method, cfg.out)
+    try:
+        if cfg.method == "compare":
+            return compare(cfg)
+        summary = run(cfg, cfg.method, cfg.out)
+    except (pairs.ModelNotAvailable, tasks.DataNotAvailable) as e:
+        raise SystemExit(f"graft_min: {e}") from None
     print(json.dumps(summary, indent=1))
     return summary
 

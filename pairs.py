@@ -9,6 +9,13 @@ The model pairs (paper Sec. 5.1): where the two policies A and B come from.
             `save_pretrained` into a cache folder keyed by its spec, and loaded back with
             `from_pretrained`: the same path real models take.
 
+    small   Qwen/Qwen2.5-0.5B-Instruct <-> HuggingFaceTB/SmolLM2-360M-Instruct: two families, two
+            tokenizers, ~0.5B each, chat templates; fits one 24 GB GPU (see PAIRS below).
+    paper1-3  the paper's pairs of 1.7B-3B base models, for a large GPU (PAIRS below).
+    Any folder or hub id can be given instead (graft_min.py --model-a / --model-b); a hub id
+    that is not in the local cache while offline gives ModelNotAvailable with the command that
+    downloads it. Real-GPU helpers: bf16 autocast over fp32 master weights, gradient checkpointing.
+
     python pairs.py tiny --report    prints the world's report after warm-start: per model and
             family, held-out pass@1 (T = 1, n = 8) and all-fail share, and per direction the
             share of the receiver's all-fail prompts where the peer's group is mixed (Eq. 4's
@@ -34,7 +41,7 @@ from tqdm import tqdm
 import tasks
 
 log = logging.getLogger("graft_min")
-CACHE_VERSION = 1  # bump when the warm-start code changes what a spec produces
+CACHE_VERSION = 2  # bump when the warm-start code or the tiny world changes what a spec produces
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 
 
@@ -98,11 +105,11 @@ class TinySpec:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-TINY = (
-    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.85, "add": 0.15},
-             steps=800, batch=64, lr=3e-3, tokenizer_seed=1, seed=1),
-    TinySpec("tiny-b-gpt2", "gpt2", d_model=112, n_layer=3, n_head=4, mix={"add": 0.8, "mul": 0.2},
-             steps=800, batch=64, lr=3e-3, tokenizer_seed=2, seed=2),
+TINY = (  # the same recipe for both, mirrored: 72% of the warm-start on the strong family, 28% on the weak one
+    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.72, "add": 0.28},
+             steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1),
+    TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix={"add": 0.72, "mul": 0.28},
+             steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2),
 )
 
 
@@ -185,7 +192,12 @@ def ensure_tiny_model(spec, cache_dir=None, world=None):
     tokenizer.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny_spec.json"), "w") as f:
         json.dump({"key": spec.key(), **dataclasses.asdict(spec)}, f, indent=1)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if check_cached_model(path, spec) is not None:
+            raise
+        shutil.rmtree(tmp)  # another process finished the same build first: keep theirs
     return path
 
 
@@ -208,14 +220,34 @@ def check_cached_model(path, spec):
     return None
 
 
+class ModelNotAvailable(RuntimeError):
+    """A model that is neither a local folder nor fetchable from the hub (offline, not cached)."""
+
+
 def load_policy(path, device="cpu", dtype=torch.float32):
-    """Load a causal LM and its tokenizer from a folder (or hub id) for RL."""
+    """Load a causal LM and its tokenizer from a folder (or hub id) for RL.
+
+    A hub id that cannot be fetched raises ModelNotAvailable with the command that downloads it.
+    transformers turns every hub failure into an OSError (huggingface_hub's LocalEntryNotFoundError
+    when offline and not cached, RepositoryNotFoundError, GatedRepoError, OfflineModeIsEnabled are
+    all OSErrors); a local folder's own errors (e.g. a corrupt file) pass through unchanged.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as e:
+        if os.path.isdir(path):
+            raise
+        cause = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ModelNotAvailable(
+            f"model {path!r} is not a local folder and is not available offline ({type(e).__name__}: {cause}). "
+            f"Download it beforehand with `hf download {path}` (older clients: `huggingface-cli download {path}`), "
+            f"or pass a local folder with --model-a / --model-b.") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model = model.to(device)
     model.eval()
     return model, tokenizer
 
@@ -228,14 +260,62 @@ def _build_one(spec, cache_dir):
 def tiny_pair(cache_dir=None, specs=TINY):
     """Folders of the two warm-started tiny models (built on first use, in parallel processes)."""
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     import multiprocessing
 
     cache_dir = cache_dir or default_cache_dir()
     missing = [s for s in specs if not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
     if len(missing) > 1 and (os.cpu_count() or 1) > 1:
-        with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
+        try:
+            with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
+                list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
+        except BrokenProcessPool as e:  # e.g. a script read from stdin cannot be spawned
+            log.warning("parallel warm-start failed (%s); building one model after the other", e)
     return [ensure_tiny_model(spec, cache_dir) for spec in specs]
+
+
+# ---------------------------------------------------------------- real pairs (one GPU)
+
+PAIRS = {  # pair -> (model A, model B), hub ids; graft_min.PRESETS holds each pair's hyperparameters
+    "small": ("Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct"),  # 0.49B + 0.36B
+    "paper1": ("HuggingFaceTB/SmolLM3-3B-Base", "Qwen/Qwen3-1.7B-Base"),
+    "paper2": ("OctoThinker/OctoThinker-3B-Hybrid-Base", "Qwen/Qwen3-1.7B-Base"),
+    "paper3": ("HuggingFaceTB/SmolLM3-3B-Base", "OctoThinker/OctoThinker-3B-Hybrid-Base"),
+}
+
+
+def autocast_bf16(model, device_type):
+    """Run every forward pass of `model` (sampling, scoring, the update) under bf16 autocast.
+
+    The weights, their gradients and the AdamW states stay fp32 (master weights, as mixed
+    precision training does): pure bf16 weights would round away most updates at lr 1e-6
+    (bf16 keeps 8 bits of mantissa). Log-probs are taken in fp32 from the bf16 logits. The wrapper
+    lives on this instance: a deepcopy of the model would still call the original's forward."""
+    model.forward = torch.autocast(device_type=device_type, dtype=torch.bfloat16)(model.forward)
+    return model
+
+
+def enable_grad_checkpointing(model):
+    """Recompute each decoder layer's activations in the backward pass (memory for time).
+
+    transformers checkpoints a layer only when it is in training mode and gradients are on, so
+    only the checkpointed layers are switched to training mode: every other module (attention,
+    dropout) stays in eval mode, so there is still no dropout and rho = 1 before the first update.
+    Generation runs without gradients and keeps its KV cache."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # its name in newer transformers
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+    if not layers:
+        raise ValueError(f"{model.config.model_type}: no layer supports gradient checkpointing; "
+                         f"run with --no-grad-checkpointing")
+    for m in layers:
+        m.training = True
+    return model
 
 
 # ---------------------------------------------------------------- the world report

@@ -96,12 +96,13 @@ def response_length(ids, eos_id):
 
 @torch.no_grad()
 def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0,
-                  gen_batch=None, score=True):
+                  gen_batch=None, score=True, score_batch=None):
     """Sample n responses for each prompt (lists of ids) and score them. Returns a Rollout.
 
     top_p < 1 is only for evaluation (the paper evaluates at T 0.6, top-p 0.95); training
     rollouts use the defaults so that the behaviour policy is exactly softmax(logits / T).
-    score=False skips the behaviour log-probs (evaluation needs only the texts).
+    score=False skips the behaviour log-probs (evaluation needs only the texts). score_batch bounds the
+    sequences per scoring forward pass: its [B, T, V] logits are far larger than generation's.
     """
     t0 = time.time()
     device = next(model.parameters()).device
@@ -134,7 +135,7 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     logprobs = []
     for start in range(0, len(flat), step) if score else []:
         lp, mask = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
-                                  temperature)
+                                  temperature, micro_batch=score_batch)
         logprobs += [row[m].float().cpu() for row, m in zip(lp, mask)]
     seconds = {"generate": t1 - t0, "score": time.time() - t1}
     return Rollout(list(prompt_ids), response_ids, texts, finished, logprobs, n, seconds)

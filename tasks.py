@@ -9,11 +9,21 @@ Problems and prompts (paper Sec. 5.1).
 
 The tiny world: short worked solutions whose *strategy* carries to unseen prompts.
   mul   2-digit x 1-digit by decomposition   Q:47*6=  ->  40*6+7*6=240+42=282 \\boxed{282}
-  add   3-digit + 3-digit column by column   Q:658+375= -> 8+5=13,5+7+1=13,6+3+1=10 \\boxed{1033}
-Each family's problems are split once (seeded) into train and held-out; held-out problems are
-never used for warm-start or RL.
+  add   4-digit + 4-digit column by column   Q:2658+4375= -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033}
+Each family's problems are split once (seeded) into train (warm-start and RL) and held-out;
+held-out problems are never used for warm-start or RL.
+
+Real data (the paper's): load_math_train (MATH train, gold = last boxed answer of the solution),
+load_gsm8k (gold = the text after "####") and load_benchmark for the five evaluation sets
+(MATH500, AIME24, AIME25, AMC23, Minerva). Each reads a local .jsonl / .parquet file or, without
+one, the hub data set of SOURCES via the `datasets` library; a missing field names the file,
+line and field. Every question ends with the paper's SUFFIX; Problem.family is the data set's
+name, so per-family accuracy is per-benchmark accuracy.
 """
 
+import json
+import logging
+import os
 import random
 from dataclasses import dataclass
 
@@ -37,7 +47,7 @@ def mul_problem(a, b):
 
 
 def add_problem(a, b):
-    """a + b (3-digit each) column by column from the units, writing each carry."""
+    """a + b (4-digit each) column by column from the units, writing each carry."""
     steps, carry = [], 0
     for da, db in zip(str(a)[::-1], str(b)[::-1]):
         s = int(da) + int(db) + carry
@@ -47,29 +57,29 @@ def add_problem(a, b):
     return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(a + b), solution)
 
 
-FAMILIES = {
-    "mul": (mul_problem, [(a, b) for a in range(12, 100) for b in range(2, 10)]),
-    "add": (add_problem, [(a, b) for a in range(1000, 10000, 7) for b in range(1000, 10000, 11)]),
+FAMILIES = {  # family -> (maker, first operand range, second operand range)
+    "mul": (mul_problem, range(12, 100), range(2, 10)),
+    "add": (add_problem, range(1000, 10000), range(1000, 10000)),
 }
 
 
 @dataclass
 class World:
-    train: dict  # family -> list[Problem]
-    heldout: dict  # family -> list[Problem]
+    train: dict  # family -> list[Problem]: warm-start examples and RL prompts
+    heldout: dict  # family -> list[Problem]: evaluation only
 
     def train_problems(self):
         return [p for fam in sorted(self.train) for p in self.train[fam]]
 
 
 def tiny_world(seed=0, heldout_per_family=200, max_train_per_family=2000):
-    """The two-family world, split into train / held-out with a fixed seed."""
+    """The two-family world, split (seeded) into train and held-out problems."""
     rng = random.Random(f"tiny-world-{seed}")
     train, heldout = {}, {}
-    for fam, (make, args) in FAMILIES.items():
-        args = list(args)
-        rng.shuffle(args)
-        problems = [make(*a) for a in args[:heldout_per_family + max_train_per_family]]
+    for fam, (make, first, second) in FAMILIES.items():
+        size = len(first) * len(second)
+        picked = rng.sample(range(size), min(size, heldout_per_family + max_train_per_family))
+        problems = [make(first[i // len(second)], second[i % len(second)]) for i in picked]
         heldout[fam], train[fam] = problems[:heldout_per_family], problems[heldout_per_family:]
     return World(train, heldout)
 
@@ -116,3 +126,152 @@ def encode_prompt(tokenizer, problem):
                                              tokenize=False, add_generation_prompt=True)
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(problem.question)
+
+
+# ---------------------------------------------------------------- real data (MATH, GSM8K, benchmarks)
+
+SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."  # the paper's (App. B)
+BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")  # the paper's five evaluation sets
+log = logging.getLogger("graft_min")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a data set lives on the hub, and which fields hold the question and the gold."""
+
+    hub_id: str
+    config: str | None  # the hub data set's config (None: its default)
+    split: str
+    question: str  # field with the problem text
+    answer: str  # field with the gold
+    gold: str = "bare"  # "bare": the field is the answer; "boxed": last \boxed{} of a solution; "hashes": after ####
+
+
+SOURCES = {  # checked against public loaders of these sets; a local file must use the same field names
+    "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", "train", "problem", "solution", "boxed"),  # 7,500
+    "gsm8k": Source("openai/gsm8k", "main", "train", "question", "answer", "hashes"),  # train 7,473 / test 1,319
+    "math500": Source("HuggingFaceH4/MATH-500", None, "test", "problem", "answer"),  # 500
+    "aime24": Source("HuggingFaceH4/aime_2024", None, "train", "problem", "answer"),  # 30
+    "aime25": Source("yentinglin/aime_2025", None, "train", "problem", "answer"),  # 30
+    "amc23": Source("math-ai/amc23", None, "test", "question", "answer"),  # 40
+    "minerva": Source("math-ai/minervamath", None, "test", "question", "answer"),  # 272
+}
+
+
+class DataNotAvailable(RuntimeError):
+    """A data set with no local file that cannot be fetched from the hub (offline, not cached)."""
+
+
+def read_rows(path):
+    """Yield (where, row) for each record of a local .jsonl (JSON Lines; .json too) or .parquet file;
+    `where` ("file:line" or "file row i") names the record in error messages."""
+    if not os.path.isfile(path):
+        data_files = (".jsonl", ".json", ".parquet")
+        folder = os.path.isdir(path) and sorted(f for f in os.listdir(path) if f.endswith(data_files))
+        hint = f"; it is a folder: give one of its files ({', '.join(folder[:5])})" if folder else ""
+        raise FileNotFoundError(f"{path}: no such data file{hint}")
+    if path.endswith((".jsonl", ".json")):
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line_no}: not JSON ({e.msg}); "
+                                     f"expected JSON Lines, one object per line") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+                yield f"{path}:{line_no}", row
+    elif path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ImportError(f"{path}: reading parquet needs pyarrow (pip install datasets, which brings it), "
+                              f"or convert the file to JSON Lines") from None
+        for i, row in enumerate(pq.read_table(path).to_pylist()):
+            yield f"{path} row {i}", row
+    else:
+        raise ValueError(f"{path}: unknown file type; give a .jsonl (JSON Lines) or .parquet file")
+
+
+def hub_rows(source, split):
+    """Yield (where, row) for each record of a hub data set (downloaded, or from the local cache)."""
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise DataNotAvailable(f"loading {source.hub_id} from the hub needs the `datasets` library (pip install "
+                               f"datasets), or pass a local .jsonl / .parquet file") from None
+    try:
+        rows = load_dataset(source.hub_id, source.config, split=split)
+    except OSError as e:  # datasets' ConnectionError and DatasetNotFoundError, huggingface_hub's errors: all OSErrors
+        cause = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DataNotAvailable(
+            f"data set {source.hub_id} (split {split!r}) is not available offline ({type(e).__name__}: {cause}): "
+            f"download it beforehand with `hf download {source.hub_id} --repo-type dataset --local-dir DIR` and "
+            f"pass its .jsonl / .parquet file (graft_min.py --train-data PATH or --eval-data NAME=PATH), or load it "
+            f"once online with datasets.load_dataset({source.hub_id!r}) so that it is cached") from None
+    for i, row in enumerate(rows):
+        yield f"{source.hub_id}:{split} row {i}", row
+
+
+def _gold(value, kind):
+    """The bare gold answer of a field: as is, the last boxed answer of a solution, or after ####."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # AMC23's answers are stored as floats (27.0)
+    text = str(value).strip()
+    if kind == "boxed":  # the last complete box; a solution without one has no gold (no "the answer is" fallback)
+        from verifier import extract_answer
+
+        return extract_answer(text) if "\\boxed" in text or "\\fbox" in text else None
+    if kind == "hashes":
+        return text.split("####")[-1].strip() if "####" in text else None
+    return text or None
+
+
+def load_problems(name, path=None, split=None):
+    """Problems of data set `name` (a key of SOURCES) from a local file, or from the hub without one.
+
+    question = the problem text + " " + SUFFIX; family = name; id = "name/row". Rows whose gold
+    cannot be read (no box in a MATH solution, no #### in a GSM8K answer) are skipped with a warning.
+    """
+    source = SOURCES[name]
+    split = split or source.split
+    rows = read_rows(path) if path else hub_rows(source, split)
+    problems, skipped = [], []
+    for i, (where, row) in enumerate(rows):
+        for field in (source.question, source.answer):
+            if row.get(field) is None:
+                raise ValueError(f"{where}: missing field {field!r} ({name} needs the fields {source.question!r} "
+                                 f"and {source.answer!r}; this record has {sorted(row)})")
+        gold = _gold(row[source.answer], source.gold)
+        if not gold:
+            skipped.append(where)
+            continue
+        solution = str(row[source.answer]) if source.gold == "boxed" else ""
+        problems.append(Problem(f"{name}/{i}", name, f"{str(row[source.question]).strip()} {SUFFIX}", gold, solution))
+    if skipped:
+        log.warning("%s: skipped %d record(s) without a readable gold answer in field %r, first: %s",
+                    name, len(skipped), source.answer, skipped[0])
+    if not problems:
+        raise ValueError(f"{path or source.hub_id}: no problems with a gold answer in data set {name!r}")
+    return problems
+
+
+def load_math_train(path=None):
+    """MATH train (the paper's 7,500 problems, all levels); gold = the solution's last boxed answer."""
+    return load_problems("math", path)
+
+
+def load_gsm8k(path=None, split="train"):
+    """GSM8K ("train" or "test"); gold = the text after "####" of the answer's rationale."""
+    return load_problems("gsm8k", path, split)
+
+
+def load_benchmark(name, path=None):
+    """An evaluation set: one of BENCHMARKS, or "gsm8k" (its test split)."""
+    if name == "gsm8k":
+        return load_gsm8k(path, "test")
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}: use one of {', '.join(BENCHMARKS)} or gsm8k")
+    return load_problems(name, path)

@@ -41,7 +41,7 @@ def policies(llama, gpt2, char_tok_a, char_tok_b):
     out = {}
     for name, model, tok in (("a", llama, char_tok_a), ("b", gpt2, char_tok_b)):
         m = copy.deepcopy(model)
-        out[name] = graft_min.Policy(name, m, tok, torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01))
+        out[name] = graft_min.Policy(name, m, tok, torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01), 1e-3)
     return out
 
 

@@ -1,0 +1,199 @@
+"""
+Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
+
+    complementarity.png   paper Fig. 1 (right): per step, of the receiver's all-fail prompts,
+                          the share where the peer has at least one success, and the share where
+                          the peer's group is mixed (Eq. 4's candidates), both directions;
+                          dotted lines are the run means
+    success_heatmap.png   k_A x k_B: how many prompts had k_A successes for A and k_B for B
+    accuracy.png          held-out pass@1 over steps, per model and family, one line per run
+    compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
+    clipping.png          share of clipped tokens, self vs peer, over steps (paper Table 9)
+    exchange.png          groups exchanged and peer responses admitted per step
+
+    python plots.py runs/tiny              # a comparison folder (grpo/ and graft/ inside)
+    python plots.py runs/a runs/b --out X  # any run folders; PNGs go to --out (default: the first)
+"""
+
+import argparse
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import runlog  # noqa: E402
+
+DIRECTION = {"a": "B -> A", "b": "A -> B"}  # metrics are logged per receiver
+
+
+def _series(metrics, model, key):
+    rows = [m for m in metrics if m["model"] == model and m.get(key) is not None]
+    return [m["step"] for m in rows], [m[key] for m in rows]
+
+
+def _smooth(y, k=5):
+    return [sum(y[max(0, i - k + 1):i + 1]) / len(y[max(0, i - k + 1):i + 1]) for i in range(len(y))]
+
+
+def plot_complementarity(metrics, path, title=""):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, key, label in ((axes[0], "peer_any_success_on_all_fail", "peer has >= 1 success"),
+                           (axes[1], "peer_mixed_on_all_fail", "peer group mixed (passes Eq. 4)")):
+        for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
+            x, y = _series(metrics, model, key)
+            if not y:
+                continue
+            ax.plot(x, _smooth(y), color=color, label=f"{DIRECTION[model]} (5-step mean)")
+            mean = sum(y) / len(y)
+            ax.axhline(mean, color=color, linestyle=":", label=f"{DIRECTION[model]} run mean {mean:.1%}")
+        ax.set_title(f"receiver all-fail prompts: {label}")
+        ax.set_xlabel("training step")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("share of the receiver's all-fail prompts")
+    fig.suptitle(f"Complementarity (paper Fig. 1, right) {title}")
+    _save(fig, path)
+
+
+def plot_heatmap(trajectories, n, path, title=""):
+    k = {}
+    for t in trajectories:
+        k.setdefault((t["step"], t["prompt_id"]), {})[t["model"]] = int(sum(t["rewards"]))
+    grid = [[0] * (n + 1) for _ in range(n + 1)]
+    for pair in k.values():
+        if "a" in pair and "b" in pair:
+            grid[pair["b"]][pair["a"]] += 1
+    fig, ax = plt.subplots(figsize=(6, 5))
+    im = ax.imshow(grid, origin="lower", cmap="viridis")
+    for i in range(n + 1):
+        for j in range(n + 1):
+            ax.text(j, i, grid[i][j], ha="center", va="center", color="w" if grid[i][j] < max(map(max, grid)) / 2 else "k",
+                    fontsize=7)
+    ax.set_xlabel("k_A: successes of model A (of n)")
+    ax.set_ylabel("k_B: successes of model B (of n)")
+    ax.set_title(f"Prompts by success counts {title}\n(bottom row: B all-fail; left column: A all-fail)")
+    fig.colorbar(im, ax=ax, label="prompts (all steps)")
+    _save(fig, path)
+
+
+def plot_accuracy(runs, path):
+    """runs: {label: evals records}."""
+    models = sorted({e["model"] for evals in runs.values() for e in evals})
+    families = sorted({k for evals in runs.values() for e in evals for k in e if k not in ("step", "model", "mean")})
+    fig, axes = plt.subplots(len(models), len(families), figsize=(5 * len(families), 3.6 * len(models)), squeeze=False)
+    for i, model in enumerate(models):
+        for j, fam in enumerate(families):
+            ax = axes[i][j]
+            for label, evals in runs.items():
+                rows = [e for e in evals if e["model"] == model and fam in e]
+                if rows:
+                    ax.plot([e["step"] for e in rows], [e[fam] for e in rows], marker="o", ms=3, label=label)
+            ax.set_title(f"model {model.upper()}: {fam}")
+            ax.set_xlabel("training step")
+            ax.set_ylabel("held-out pass@1")
+            ax.legend(fontsize=8)
+    fig.suptitle("Held-out accuracy")
+    _save(fig, path)
+
+
+def plot_compatibility(metrics, delta, path, title=""):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
+        s = [x for m in metrics if m["model"] == model for x in m.get("s_values", [])]
+        if s:
+            ax.hist([min(x, 2.0) for x in s], bins=40, range=(0, 2), alpha=0.55, color=color,
+                    label=f"{DIRECTION[model]}: {len(s)} responses, {sum(x > delta for x in s) / len(s):.0%} admitted")
+    ax.axvline(delta, color="k", linestyle="--", label=f"delta = {delta}")
+    ax.set_xlabel("compatibility score s (Eq. 7), clipped at 2 for display")
+    ax.set_ylabel("peer responses")
+    ax.set_title(f"Compatibility of peer responses {title}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_clipping(metrics, path, title=""):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
+        for key, style in (("clip_self", "-"), ("clip_peer", "--")):
+            rows = [m for m in metrics if m["model"] == model and m["tokens_" + key[5:]] > 0]
+            if rows:
+                ax.plot([m["step"] for m in rows], [100 * m[key] for m in rows], style, color=color, alpha=0.8,
+                        label=f"model {model.upper()} {key[5:]} tokens")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("clipped tokens (%)")
+    ax.set_title(f"Clipped-token share, self vs peer (paper Table 9) {title}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_exchange(metrics, path, title=""):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
+        x, sel = _series(metrics, model, "selected")
+        _, adm = _series(metrics, model, "admitted")
+        _, tot = _series(metrics, model, "peer_responses")
+        axes[0].plot(x, sel, color=color, label=f"{DIRECTION[model]}: groups replaced")
+        axes[1].plot(x, adm, color=color, label=f"{DIRECTION[model]}: admitted (s > delta)")
+        axes[1].plot(x, tot, color=color, linestyle=":", label=f"{DIRECTION[model]}: considered")
+    for ax, label in zip(axes, ("groups per step", "peer responses per step")):
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Exchange volume {title}")
+    _save(fig, path)
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def plot_runs(folders, out=None):
+    """Write every plot for these run folders (a comparison folder expands to grpo/ and graft/)."""
+    runs = {}
+    for folder in folders:
+        subs = [os.path.join(folder, s) for s in ("grpo", "graft") if os.path.isdir(os.path.join(folder, s))]
+        for f in subs or [folder]:
+            runs[os.path.relpath(f, os.path.dirname(folder.rstrip("/")) or ".")] = f
+    out = out or folders[0]
+    os.makedirs(out, exist_ok=True)
+    written = []
+    plot_accuracy({label: runlog.read_jsonl(os.path.join(f, "evals.jsonl")) for label, f in runs.items()},
+                  os.path.join(out, "accuracy.png"))
+    written.append("accuracy.png")
+    for label, f in runs.items():
+        metrics = runlog.read_jsonl(os.path.join(f, "metrics.jsonl"))
+        config = runlog.read_json(os.path.join(f, "config.json"))
+        prefix = "" if len(runs) == 1 else label.replace("/", "_").replace(os.sep, "_") + "_"
+        names = ["complementarity.png", "success_heatmap.png"]
+        plot_complementarity(metrics, os.path.join(out, prefix + names[0]), f"[{label}]")
+        plot_heatmap(runlog.read_jsonl(os.path.join(f, "trajectories.jsonl")), config["n"],
+                     os.path.join(out, prefix + names[1]), f"[{label}]")
+        if any(m["peer_responses"] for m in metrics):
+            names += ["compatibility.png", "clipping.png", "exchange.png"]
+            plot_compatibility(metrics, config["delta"], os.path.join(out, prefix + names[2]), f"[{label}]")
+            plot_clipping(metrics, os.path.join(out, prefix + names[3]), f"[{label}]")
+            plot_exchange(metrics, os.path.join(out, prefix + names[4]), f"[{label}]")
+        written += [prefix + n for n in names]
+    return [os.path.join(out, w) for w in written]
+
+
+def main():
+    p = argparse.ArgumentParser(description="Plot run folders written by graft_min.py.")
+    p.add_argument("folders", nargs="+", help="run folders, or a comparison folder holding grpo/ and graft/")
+    p.add_argument("--out", default=None, help="where the PNGs go (default: the first folder)")
+    args = p.parse_args()
+    for folder in args.folders:
+        if not os.path.isdir(folder):
+            p.error(f"{folder}: no such run folder")
+    for path in plot_runs(args.folders, args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
