@@ -252,6 +252,20 @@ def load_policy(path, device="cpu", dtype=torch.float32):
     return model, tokenizer
 
 
+def memory_estimate(model, cfg):
+    """GB one model needs on its device, logged at start. 16 bytes per parameter: fp32 weights (4),
+    gradients (4), AdamW's two moments (8). Plus the update's vocabulary-wide tensors of one
+    micro-batch (logits in fp32, divided by T, log_softmax: 3 copies of [B, T, V] x 4 bytes),
+    prompts of at most 512 tokens assumed. "params" is in billions."""
+    n = sum(p.numel() for p in model.parameters())  # tied embeddings count once
+    vocab = model.get_output_embeddings().weight.shape[0]
+    micro = cfg.micro_batch or math.ceil(cfg.prompts_per_step * cfg.n / cfg.minibatches)
+    gb = {"params": n / 1e9, "weights": 4 * n / 1e9, "grads": 4 * n / 1e9, "adam": 8 * n / 1e9}
+    gb["total"] = gb["weights"] + gb["grads"] + gb["adam"]
+    gb["logits"] = 3 * micro * (512 + cfg.max_new_tokens) * vocab * 4 / 1e9
+    return gb
+
+
 def _build_one(spec, cache_dir):
     torch.set_num_threads(1)  # one core per model: two tiny models warm-start side by side
     return ensure_tiny_model(spec, cache_dir)
@@ -321,51 +335,50 @@ def enable_grad_checkpointing(model):
 # ---------------------------------------------------------------- the world report
 
 def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed=0, world=None):
-    """Held-out pass@1, all-fail share and cross-model gate statistics (see module docstring)."""
-    from loss import compatibility_weight
+    """Held-out pass@1 and all-fail share per model and family, and per direction and receiver family
+    the gate's statistics on the receiver's all-fail prompts (see the module docstring)."""
+    from loss import compatibility_weight, mean_logprob
     from rollout import retokenize, sample_groups, token_logprobs
     from verifier import reward
 
     world = world or tasks.tiny_world()
     problems = [p for fam in sorted(world.heldout) for p in world.heldout[fam]]
     policies = [load_policy(p) for p in paths]
+    names = [os.path.basename(p) for p in paths]
     k, rollouts = [], []
     for i, (model, tok) in enumerate(policies):
         torch.manual_seed(seed * 1000 + i)
-        ro = sample_groups(model, tok, [tok.encode(p.question) for p in problems], n, max_new_tokens, temperature)
+        ro = sample_groups(model, tok, [tasks.encode_prompt(tok, p) for p in problems], n, max_new_tokens, temperature)
         r = torch.tensor([reward(t, problems[j // n].answer) for j, t in enumerate(ro.texts)]).view(-1, n)
-        k.append(r.sum(1).long())
+        k.append(r.sum(1).long())  # [P] successes per held-out prompt
         rollouts.append(ro)
     report = {"models": {}, "directions": {}}
-    for i, path in enumerate(paths):
-        name = os.path.basename(path)
+    for i, name in enumerate(names):
         report["models"][name] = {}
         for fam in sorted(world.heldout):
-            idx = [j for j, p in enumerate(problems) if p.family == fam]
-            kk = k[i][idx].float()
+            kk = torch.stack([k[i][j] for j, p in enumerate(problems) if p.family == fam]).float()
             report["models"][name][fam] = {"pass@1": float(kk.mean() / n), "all_fail": float((kk == 0).float().mean())}
     for src, recv in ((0, 1), (1, 0)):
-        all_fail = [j for j in range(len(problems)) if k[recv][j] == 0]
-        mixed = [j for j in all_fail if 0 < k[src][j] < n]
-        rows = [j * n + i for j in mixed for i in range(n)]
-        admitted = float("nan")
-        if rows:
-            model, tok = policies[recv]
-            ro = rollouts[src]
-            resp = retokenize([ro.texts[r] for r in rows], [ro.finished[r] for r in rows], tok)
-            prompts = [tok.encode(problems[r // n].question) for r in rows]
-            with torch.no_grad():
-                lp, mask = token_logprobs(model, prompts, resp, tok.pad_token_id, temperature)
-            recv_mean = (lp * mask).sum(1) / mask.sum(1)
-            w = compatibility_weight(recv_mean, torch.stack([ro.logprobs[r].mean() for r in rows]), delta)
-            admitted = float((w > 0).float().mean())
-        direction = f"{os.path.basename(paths[src])} -> {os.path.basename(paths[recv])}"
-        report["directions"][direction] = {
-            "receiver_all_fail": len(all_fail),
-            "peer_mixed_share": len(mixed) / max(1, len(all_fail)),
-            "peer_any_success_share": sum(1 for j in all_fail if k[src][j] > 0) / max(1, len(all_fail)),
-            "admitted_share": admitted,
-        }
+        model, tok = policies[recv]
+        for fam in sorted(world.heldout):
+            all_fail = [j for j, p in enumerate(problems) if p.family == fam and k[recv][j] == 0]
+            mixed = [j for j in all_fail if 0 < k[src][j] < n]
+            rows = [j * n + i for j in mixed for i in range(n)]  # the peer responses Eq. 4 would send
+            admitted = float("nan")
+            if rows:
+                ro = rollouts[src]
+                resp = retokenize([ro.texts[r] for r in rows], [ro.finished[r] for r in rows], tok)
+                prompts = [tasks.encode_prompt(tok, problems[r // n]) for r in rows]
+                with torch.no_grad():
+                    lp, mask = token_logprobs(model, prompts, resp, tok.pad_token_id, temperature)
+                src_mean = torch.stack([ro.logprobs[r].mean() for r in rows])
+                admitted = float((compatibility_weight(mean_logprob(lp, mask), src_mean, delta) > 0).float().mean())
+            report["directions"].setdefault(f"{names[src]} -> {names[recv]}", {})[fam] = {
+                "receiver_all_fail": len(all_fail),
+                "peer_mixed_share": len(mixed) / max(1, len(all_fail)),
+                "peer_any_success_share": sum(1 for j in all_fail if k[src][j] > 0) / max(1, len(all_fail)),
+                "admitted_share": admitted,
+            }
     return report
 
 
@@ -374,10 +387,13 @@ def print_report(report):
     for name, fams in report["models"].items():
         for fam, v in fams.items():
             print(f"{name:28s} {fam:6s} {v['pass@1']:7.3f} {v['all_fail']:9.3f}")
-    print(f"\n{'direction (source -> receiver)':56s} {'recv all-fail':>13s} {'peer mixed':>10s} {'peer >=1':>9s} {'admitted':>9s}")
-    for d, v in report["directions"].items():
-        print(f"{d:56s} {v['receiver_all_fail']:13d} {v['peer_mixed_share']:10.3f} "
-              f"{v['peer_any_success_share']:9.3f} {v['admitted_share']:9.3f}")
+    print(f"\nreceiver's all-fail prompts, per direction and family: the share where the peer's group is mixed")
+    print("(Eq. 4's candidates), where it has >= 1 success, and of those mixed groups' responses the share with s > delta")
+    print(f"{'direction (source -> receiver)':56s} {'family':6s} {'all-fail':>8s} {'mixed':>6s} {'>=1':>6s} {'admitted':>9s}")
+    for d, fams in report["directions"].items():
+        for fam, v in fams.items():
+            print(f"{d:56s} {fam:6s} {v['receiver_all_fail']:8d} {v['peer_mixed_share']:6.3f} "
+                  f"{v['peer_any_success_share']:6.3f} {v['admitted_share']:9.3f}")
 
 
 def main():

@@ -155,11 +155,12 @@ def _save(fig, path):
 
 def plot_runs(folders, out=None):
     """Write every plot for these run folders (a comparison folder expands to grpo/ and graft/)."""
-    runs = {}
+    found = []
     for folder in folders:
         subs = [os.path.join(folder, s) for s in ("grpo", "graft") if os.path.isdir(os.path.join(folder, s))]
-        for f in subs or [folder]:
-            runs[os.path.relpath(f, os.path.dirname(folder.rstrip("/")) or ".")] = f
+        found += subs or [folder]
+    names = [os.path.basename(os.path.normpath(f)) for f in found]
+    runs = {(n if names.count(n) == 1 else os.path.normpath(f).replace(os.sep, "_")): f for n, f in zip(names, found)}
     out = out or folders[0]
     os.makedirs(out, exist_ok=True)
     written = []
@@ -169,7 +170,7 @@ def plot_runs(folders, out=None):
     for label, f in runs.items():
         metrics = runlog.read_jsonl(os.path.join(f, "metrics.jsonl"))
         config = runlog.read_json(os.path.join(f, "config.json"))
-        prefix = "" if len(runs) == 1 else label.replace("/", "_").replace(os.sep, "_") + "_"
+        prefix = "" if len(runs) == 1 else label + "_"
         names = ["complementarity.png", "success_heatmap.png"]
         plot_complementarity(metrics, os.path.join(out, prefix + names[0]), f"[{label}]")
         plot_heatmap(runlog.read_jsonl(os.path.join(f, "trajectories.jsonl")), config["n"],

@@ -137,7 +137,7 @@ def test_make_policy_sets_up_bf16_autocast_and_checkpointing(stand_ins):
         assert pol.model(input_ids=ids).logits.dtype == torch.bfloat16  # forward under autocast
     lp, _ = rollout.token_logprobs(pol.model, [ids[0].tolist()], [[5, 6]], pol.tok.pad_token_id)
     assert lp.dtype == torch.float32
-    gb = graft_min.memory_estimate(pol.model, cfg)
+    gb = pairs.memory_estimate(pol.model, cfg)
     n = sum(p.numel() for p in pol.model.parameters())
     assert gb["total"] == pytest.approx(16 * n / 1e9)
     assert gb["logits"] == pytest.approx(3 * 2 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)

@@ -1,0 +1,59 @@
+"""plots.py renders every plot from a small synthetic run folder (and a comparison folder)."""
+
+import json
+import os
+import random
+
+import plots
+import runlog
+
+
+def write_run(folder, exchange=True, steps=6, n=4):
+    rng = random.Random(0)
+    os.makedirs(folder, exist_ok=True)
+    runlog.write_json(os.path.join(folder, "config.json"), {"n": n, "delta": 0.8})
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        for step in range(steps):
+            for model in "ab":
+                s = [round(rng.uniform(0.3, 1.3), 3) for _ in range(n if exchange else 0)]
+                f.write(json.dumps({
+                    "step": step, "model": model, "peer_any_success_on_all_fail": rng.random(),
+                    "peer_mixed_on_all_fail": rng.random() if step % 3 else None, "selected": len(s) // n,
+                    "peer_responses": len(s), "admitted": sum(x > 0.8 for x in s), "s_values": s,
+                    "clip_self": 0.01 * rng.random(), "clip_peer": 0.02 * rng.random() if s else 0.0,
+                    "tokens_self": 100, "tokens_peer": 40 if s else 0}) + "\n")
+    with open(os.path.join(folder, "trajectories.jsonl"), "w") as f:
+        for step in range(steps):
+            for q in range(3):
+                for model in "ab":
+                    f.write(json.dumps({"step": step, "model": model, "prompt_id": f"p{q}",
+                                        "rewards": [float(rng.random() < 0.4) for _ in range(n)]}) + "\n")
+    with open(os.path.join(folder, "evals.jsonl"), "w") as f:
+        for step in (0, 3, 6):
+            for model in "ab":
+                f.write(json.dumps({"step": step, "model": model, "add": rng.random(), "mul": rng.random(),
+                                    "mean": 0.5}) + "\n")
+
+
+def _is_png(path):
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 5000
+
+
+def test_every_plot_of_one_run(tmp_path):
+    write_run(tmp_path / "run")
+    written = plots.plot_runs([str(tmp_path / "run")])
+    names = sorted(os.path.basename(p) for p in written)
+    assert names == sorted(["accuracy.png", "complementarity.png", "success_heatmap.png", "compatibility.png",
+                            "clipping.png", "exchange.png"])
+    assert all(_is_png(p) for p in written)
+
+
+def test_comparison_folder_and_a_run_without_exchange(tmp_path):
+    write_run(tmp_path / "cmp" / "grpo", exchange=False)
+    write_run(tmp_path / "cmp" / "graft")
+    written = plots.plot_runs([str(tmp_path / "cmp")])
+    names = {os.path.basename(p) for p in written}
+    assert "grpo_compatibility.png" not in names  # nothing was exchanged under GRPO
+    assert {"accuracy.png", "grpo_complementarity.png", "graft_compatibility.png", "graft_exchange.png"} <= names
+    assert all(_is_png(p) for p in written)
