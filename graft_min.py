@@ -591,7 +591,7 @@ def parse_args(argv=None):
     a("--out", default=None, help="run folder (default runs/<pair>)")
     a("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
-    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default ./cache)")
+    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default: cache/ next to the code, or $GRAFT_MIN_CACHE)")
     pair = p.parse_known_args(argv)[0].pair
     p.set_defaults(**PRESETS[pair])
     cfg = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """
 The loss math of GRAFT, as pure tensor functions (no models, no I/O).
 
-Equation numbers follow ../shared/GRAFT.md and the paper (arXiv 2609.37868):
+Equation numbers follow the paper (arXiv 2609.37868):
 
     group_advantages       Eq. 1    a_i = (r_i - mean(r)) / (std(r) + eps), sample std; 0 if all r equal
     mean_logprob           Eq. 6    lbar = (1/|o|) sum_t log pi(o_t | q, o_<t)

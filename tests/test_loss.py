@@ -1,5 +1,5 @@
-"""Tests for loss.py: hand-computed numbers (DESIGN.md pitfalls), gradients, and an
-independent per-token reference on random tensors."""
+"""Tests for loss.py: hand-computed numbers (one per pitfall of the loss
+contracts), gradients, and an independent per-token reference on random tensors."""
 
 import math
 
