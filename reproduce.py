@@ -7,7 +7,7 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                          # ~50 min on 2 cores with the defaults (+3 to warm-start)
+    python reproduce.py                          # ~54 min on 2 cores with the defaults (+3 to warm-start)
     python reproduce.py --seeds 0 --steps 20     # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
@@ -84,7 +84,7 @@ def mean_std(xs):
 def write_results(table, seeds_of, args, out_dir, wall):
     """results/tiny_results.md and .json; every delta compares runs of the same seeds."""
     fams = sorted(k for k in table["grpo"]["a"] if k not in STATS and k != "mean")
-    command = "python reproduce.py " + " ".join(args.argv)
+    command = " ".join(["python reproduce.py", *args.argv])
     lines = [f"# Tiny-pair results ({args.steps} steps per run)", "",
              f"Written by `{command}`. Final held-out pass@1 (T 0.6, top-p 0.95), mean +- std over seeds; in",
              "brackets the change vs GRPO (n) on the same seeds. Clip columns: share of clipped tokens (%).", ""]
