@@ -73,6 +73,9 @@ def collect(root, seeds_of):
                 row = table.setdefault(variant, {}).setdefault(m, {})
                 for key, value in list(s["end"].items()) + [(k, s[k] or 0.0) for k in STATS]:
                     row.setdefault(key, {})[seed] = value
+                if variant == "grpo":  # every variant of a seed starts from the same weights and evaluation
+                    for key, value in s["start"].items():
+                        table.setdefault("start", {}).setdefault(m, {}).setdefault(key, {})[seed] = value
     return table
 
 
@@ -85,13 +88,17 @@ def write_results(table, seeds_of, args, out_dir, wall):
     """results/tiny_results.md and .json; every delta compares runs of the same seeds."""
     fams = sorted(k for k in table["grpo"]["a"] if k not in STATS and k != "mean")
     command = " ".join(["python reproduce.py", *args.argv])
-    lines = [f"# Tiny-pair results ({args.steps} steps per run)", "",
+    lines = [f"### Tiny-pair results ({args.steps} steps per run)", "",
              f"Written by `{command}`. Final held-out pass@1 (T 0.6, top-p 0.95), mean +- std over seeds; in",
-             "brackets the change vs GRPO (n) on the same seeds. Clip columns: share of clipped tokens (%).", ""]
+             "brackets the change vs GRPO (n) on the same seeds. Clip columns: share of clipped tokens (%).",
+             "The start row is the same models before RL, evaluated with each seed's sampling.", ""]
     for m in ("a", "b"):
-        lines += [f"## Model {m.upper()}", "",
+        lines += [f"#### Model {m.upper()}", "",
                   "| variant | seeds | " + " | ".join(fams) + " | mean | all-fail share | groups received | "
                   "clip self % | clip peer % |", "|---|---|" + "---|" * (len(fams) + 5)]
+        start = [f"{mu:.3f} +- {sd:.3f}" for mu, sd in
+                 (mean_std(table["start"][m][fam][s] for s in seeds_of["grpo"]) for fam in fams + ["mean"])]
+        lines.append(f"| start (warm-start, before RL) | {len(seeds_of['grpo'])} | " + " | ".join(start) + " | | | | |")
         for variant in ORDER:
             if m not in table.get(variant, {}):
                 continue
@@ -117,7 +124,7 @@ def write_results(table, seeds_of, args, out_dir, wall):
     total_online, total_stored = sum(online.values()), sum(stored.values())
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
-    lines += ["## Summary", "",
+    lines += ["#### Summary", "",
               f"- GRAFT - GRPO (n), held-out mean over both families: A {online['a']:+.3f}, B {online['b']:+.3f} "
               "(paper: +2.11 points on average).",
               f"- stored-peer GRAFT - GRPO (n): A {stored['a']:+.3f}, B {stored['b']:+.3f}; {kept}.",
