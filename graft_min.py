@@ -600,15 +600,13 @@ def parse_args(argv=None):
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
     if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
         p.error("--train-data, --eval-data and --eval-sets need --data math or gsm8k")
-    known = list(tasks.BENCHMARKS) + ["gsm8k"]
-    for name in eval_sets(cfg) if cfg.data != "tiny" else []:
+    known, sets = list(tasks.BENCHMARKS) + ["gsm8k"], eval_sets(cfg) if cfg.data != "tiny" else []
+    for name in sets:
         if name not in known:
             p.error(f"--eval-sets: unknown set {name!r} (use {', '.join(known)})")
     for item in cfg.eval_data or []:
-        name = item.split("=", 1)[0]
-        if "=" not in item or name not in eval_sets(cfg):
-            p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets "
-                    f"{', '.join(eval_sets(cfg))}")
+        if "=" not in item or item.split("=", 1)[0] not in sets:
+            p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets {', '.join(sets)}")
     return cfg
 
 

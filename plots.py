@@ -171,16 +171,16 @@ def plot_runs(folders, out=None):
         metrics = runlog.read_jsonl(os.path.join(f, "metrics.jsonl"))
         config = runlog.read_json(os.path.join(f, "config.json"))
         prefix = "" if len(runs) == 1 else label + "_"
-        names = ["complementarity.png", "success_heatmap.png"]
-        plot_complementarity(metrics, os.path.join(out, prefix + names[0]), f"[{label}]")
+        files = ["complementarity.png", "success_heatmap.png"]
+        plot_complementarity(metrics, os.path.join(out, prefix + files[0]), f"[{label}]")
         plot_heatmap(runlog.read_jsonl(os.path.join(f, "trajectories.jsonl")), config["n"],
-                     os.path.join(out, prefix + names[1]), f"[{label}]")
+                     os.path.join(out, prefix + files[1]), f"[{label}]")
         if any(m["peer_responses"] for m in metrics):
-            names += ["compatibility.png", "clipping.png", "exchange.png"]
-            plot_compatibility(metrics, config["delta"], os.path.join(out, prefix + names[2]), f"[{label}]")
-            plot_clipping(metrics, os.path.join(out, prefix + names[3]), f"[{label}]")
-            plot_exchange(metrics, os.path.join(out, prefix + names[4]), f"[{label}]")
-        written += [prefix + n for n in names]
+            files += ["compatibility.png", "clipping.png", "exchange.png"]
+            plot_compatibility(metrics, config["delta"], os.path.join(out, prefix + files[2]), f"[{label}]")
+            plot_clipping(metrics, os.path.join(out, prefix + files[3]), f"[{label}]")
+            plot_exchange(metrics, os.path.join(out, prefix + files[4]), f"[{label}]")
+        written += [prefix + n for n in files]
     return [os.path.join(out, w) for w in written]
 
 

@@ -63,11 +63,13 @@ STATS = ("all_fail_share", "groups_exchanged", "responses_admitted", "clip_self"
 
 
 def collect(root, seeds_of):
-    """{variant: {model: {key: {seed: value}}}}: final held-out pass@1 per family, and run statistics."""
-    table = {}
+    """({variant: {model: {key: {seed: value}}}}, wall seconds of all runs): final held-out pass@1
+    per family and run statistics, read from each run's summary.json."""
+    table, wall = {}, 0.0
     for variant, seeds in seeds_of.items():
         for seed in seeds:
             summary = runlog.read_json(os.path.join(root, f"seed{seed}", variant, "summary.json"))
+            wall += summary["wall_seconds"]
             for m in VARIANTS[variant][2]:
                 s = summary["models"][m]
                 row = table.setdefault(variant, {}).setdefault(m, {})
@@ -76,7 +78,7 @@ def collect(root, seeds_of):
                 if variant == "grpo":  # every variant of a seed starts from the same weights and evaluation
                     for key, value in s["start"].items():
                         table.setdefault("start", {}).setdefault(m, {}).setdefault(key, {})[seed] = value
-    return table
+    return table, wall
 
 
 def mean_std(xs):
@@ -159,9 +161,7 @@ def main(argv=None):
     graft_min.run_parallel(jobs_for(online, args.seeds, flags, args.root), args.jobs)
     graft_min.run_parallel(jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root), args.jobs)  # read GRPO logs
     seeds_of = {v: args.seeds for v in VARIANTS}
-    table = collect(args.root, seeds_of)
-    wall = sum(runlog.read_json(os.path.join(args.root, f"seed{s}", v, "summary.json"))["wall_seconds"]
-               for v, seeds in seeds_of.items() for s in seeds)
+    table, wall = collect(args.root, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall))
     s0 = os.path.join(args.root, f"seed{args.seeds[0]}")
     for path in plots.plot_runs([os.path.join(s0, "grpo"), os.path.join(s0, "graft")], args.results):

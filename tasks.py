@@ -220,13 +220,14 @@ def _gold(value, kind):
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # AMC23's answers are stored as floats (27.0)
     text = str(value).strip()
-    if kind == "boxed":  # the last complete box; a solution without one has no gold (no "the answer is" fallback)
-        from verifier import extract_answer
+    if kind == "bare":
+        return text or None
+    # a full solution: its final answer by the verifier's own rule (the last complete box, or the
+    # text after "####"); without its marker it has no gold (no "the answer is" fallback)
+    from verifier import extract_answer
 
-        return extract_answer(text) if "\\boxed" in text or "\\fbox" in text else None
-    if kind == "hashes":
-        return text.split("####")[-1].strip() if "####" in text else None
-    return text or None
+    markers = ("\\boxed", "\\fbox") if kind == "boxed" else ("####",)
+    return extract_answer(text) if any(m in text for m in markers) else None
 
 
 def load_problems(name, path=None, split=None):
