@@ -213,6 +213,31 @@ def update(pol, rows, cfg, rng):
     return st
 
 
+def gradient_split(pol, rows, cfg):
+    """Diagnostic (--grad-split): the norms of the step's policy gradient at theta = theta_old from
+    the positive- and from the negative-advantage responses, and their cosine. At rho = 1 the clip
+    is inactive, so the gradient of -J is that of -sum_j w_j a_j sum_t log pi / (buffer tokens).
+    Costs one more forward and backward pass over the buffer; leaves no gradient behind."""
+    n_tokens = sum(len(r.response_ids) for r in rows)
+    grads = {}
+    for sign, part in (("pos", [r for r in rows if r.advantage > 0]), ("neg", [r for r in rows if r.advantage < 0])):
+        pol.model.zero_grad(set_to_none=True)
+        step = cfg.micro_batch or max(1, len(part))
+        for i in range(0, len(part), step):
+            micro = part[i:i + step]
+            lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in micro], [r.response_ids for r in micro],
+                                              pol.tok.pad_token_id, cfg.temperature)  # [B, T]
+            coef = torch.tensor([r.weight * r.advantage for r in micro], device=lp.device)[:, None]  # [B, 1]
+            (-(torch.where(mask, lp, torch.zeros_like(lp)) * coef).sum() / n_tokens).backward()
+        grads[sign] = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                                 for p in pol.model.parameters()])  # [n_params]
+    pol.model.zero_grad(set_to_none=True)
+    pos, neg = grads["pos"], grads["neg"]
+    cos = float(pos @ neg / (pos.norm() * neg.norm())) if pos.norm() > 0 and neg.norm() > 0 else None
+    return {"grad_norm_pos": float(pos.norm()), "grad_norm_neg": float(neg.norm()),
+            "grad_norm_total": float((pos + neg).norm()), "grad_cos_pos_neg": cos}
+
+
 # ---------------------------------------------------------------- one step (Algorithm 1)
 
 @dataclass
@@ -266,6 +291,7 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
         t_graft = time.time() - t1
         for group in pol.opt.param_groups:  # linear warm-up over the first steps (paper: none)
             group["lr"] = pol.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
+        split = gradient_split(pol, rows + peer_rows, cfg) if cfg.grad_split else {}
         st = update(pol, rows + peer_rows, cfg, random.Random(seed_for(cfg, step, name, "minibatch-order")))
         all_fail = (k[name] == 0)
         peer_w = [r.weight for r in peer_rows if r.peer]
@@ -273,6 +299,10 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
             "step": step, "model": name, "reward_mean": float(groups[name].rewards.mean()),
             "all_fail_share": float(all_fail.float().mean()),
             "families": family_stats(batch, groups[name].rewards),
+            # token-means over the model's own sampled responses: next-token entropy at T, sampled log-prob
+            "entropy": float(torch.cat(ros[name].entropy).mean()),
+            "sampled_logprob": float(torch.cat(ros[name].logprobs).mean()),
+            **split,
             # complementarity (Fig. 1): of my all-fail prompts, on how many does the peer succeed / is it mixed?
             "peer_any_success_on_all_fail": _share((k[peer] > 0) & all_fail, all_fail),
             "peer_mixed_on_all_fail": _share((k[peer] > 0) & (k[peer] < n) & all_fail, all_fail),
@@ -591,6 +621,8 @@ def parse_args(argv=None):
     a("--out", default=None, help="run folder (default runs/<pair>)")
     a("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
+    a("--grad-split", action="store_true",
+      help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
     a("--cache-dir", default=None, help="where warm-started tiny models are cached (default: cache/ next to the code, or $GRAFT_MIN_CACHE)")
     pair = p.parse_known_args(argv)[0].pair
     p.set_defaults(**PRESETS[pair])

@@ -7,12 +7,16 @@ Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
                           dotted lines are the run means
     success_heatmap.png   k_A x k_B: how many prompts had k_A successes for A and k_B for B
     accuracy.png          held-out pass@1 over steps, per model and family, one line per run
+    training.png          training reward (T = 1) per model and family over steps, and the entropy of
+                          the sampled tokens: is RL learning?
+    plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (reproduce.py)
     compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
     clipping.png          share of clipped tokens, self vs peer, over steps (paper Table 9)
     exchange.png          groups exchanged and peer responses admitted per step
 
     python plots.py runs/tiny              # a comparison folder (grpo/ and graft/ inside)
     python plots.py runs/a runs/b --out X  # any run folders; PNGs go to --out (default: the first)
+    python plots.py runs/tiny --table      # print the training reward per family, every 10 steps
 """
 
 import argparse
@@ -98,6 +102,82 @@ def plot_accuracy(runs, path):
     _save(fig, path)
 
 
+def plot_seed_bands(runs, path, title="Held-out accuracy over training"):
+    """runs: {label: {seed: evals records}}. Per model and family, each label's mean over seeds
+    at each evaluated step, with a band of +- one standard deviation across seeds."""
+    import statistics
+
+    records = [e for seeds in runs.values() for evals in seeds.values() for e in evals]
+    models = sorted({e["model"] for e in records})
+    families = sorted({k for e in records for k in e if k not in ("step", "model", "mean")})
+    fig, axes = plt.subplots(len(models), len(families), figsize=(5 * len(families), 3.6 * len(models)), squeeze=False)
+    for i, model in enumerate(models):
+        for j, fam in enumerate(families):
+            ax = axes[i][j]
+            for label, seeds in runs.items():
+                at = {}  # step -> values over seeds
+                for evals in seeds.values():
+                    for e in evals:
+                        if e["model"] == model and fam in e:
+                            at.setdefault(e["step"], []).append(e[fam])
+                steps = sorted(at)
+                if not steps:
+                    continue
+                mean = [statistics.mean(at[s]) for s in steps]
+                sd = [statistics.stdev(at[s]) if len(at[s]) > 1 else 0.0 for s in steps]
+                line, = ax.plot(steps, mean, marker="o", ms=3, label=f"{label} ({len(seeds)} seeds)")
+                ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
+                                color=line.get_color(), alpha=0.15)
+            ax.set_title(f"model {model.upper()}: {fam}")
+            ax.set_xlabel("training step")
+            ax.set_ylabel("held-out pass@1 (mean +- std over seeds)")
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def plot_training(runs, path):
+    """runs: {label: metrics records}. Rows: models; columns: families' training reward, then entropy."""
+    models = sorted({m["model"] for ms in runs.values() for m in ms})
+    families = sorted({f for ms in runs.values() for m in ms for f in m["families"]})
+    fig, axes = plt.subplots(len(models), len(families) + 1, figsize=(4.5 * (len(families) + 1), 3.4 * len(models)),
+                             squeeze=False)
+    for i, model in enumerate(models):
+        for label, ms in runs.items():
+            rows = [m for m in ms if m["model"] == model]
+            steps = [m["step"] for m in rows]
+            for j, fam in enumerate(families):
+                axes[i][j].plot(steps, _smooth([m["families"][fam]["reward"] for m in rows], 10), label=label)
+            axes[i][-1].plot(steps, _smooth([m["entropy"] for m in rows], 10), label=label)
+        for j, fam in enumerate(families):
+            axes[i][j].set_title(f"model {model.upper()}: {fam}, training reward (T = 1)")
+        axes[i][-1].set_title(f"model {model.upper()}: entropy of sampled tokens (nats)")
+        for ax in axes[i]:
+            ax.set_xlabel("training step")
+            ax.legend(fontsize=8)
+    fig.suptitle("Training curves (10-step means)")
+    _save(fig, path)
+
+
+def training_table(metrics, every=10):
+    """Lines of text: per block of `every` steps and per model, the mean training reward and all-fail
+    share of each family, the entropy of the sampled tokens, and the groups received from the peer."""
+    families = sorted({f for m in metrics for f in m["families"]})
+    lines = [f"{'steps':>9s} {'model':5s} " + " ".join(f"{f + ' reward':>11s} {f + ' all-fail':>13s}" for f in families)
+             + f" {'entropy':>8s} {'received':>9s}"]
+    last = max(m["step"] for m in metrics)
+    for start in range(0, last + 1, every):
+        for model in sorted({m["model"] for m in metrics}):
+            rows = [m for m in metrics if m["model"] == model and start <= m["step"] < start + every]
+            if not rows:
+                continue
+            mean = lambda f: sum(map(f, rows)) / len(rows)  # noqa: E731
+            lines.append(f"{start:4d}-{rows[-1]['step']:<4d} {model:5s} " + " ".join(
+                f"{mean(lambda m: m['families'][f]['reward']):11.3f} {mean(lambda m: m['families'][f]['all_fail']):13.3f}"
+                for f in families) + f" {mean(lambda m: m['entropy']):8.3f} {mean(lambda m: m['selected']):9.1f}")
+    return lines
+
+
 def plot_compatibility(metrics, delta, path, title=""):
     fig, ax = plt.subplots(figsize=(7, 4))
     for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
@@ -153,12 +233,18 @@ def _save(fig, path):
     os.replace(tmp, path)
 
 
-def plot_runs(folders, out=None):
-    """Write every plot for these run folders (a comparison folder expands to grpo/ and graft/)."""
+def _run_folders(folders):
+    """Run folders, a comparison folder expanded to its grpo/ and graft/ runs."""
     found = []
     for folder in folders:
         subs = [os.path.join(folder, s) for s in ("grpo", "graft") if os.path.isdir(os.path.join(folder, s))]
         found += subs or [folder]
+    return found
+
+
+def plot_runs(folders, out=None):
+    """Write every plot for these run folders (a comparison folder expands to grpo/ and graft/)."""
+    found = _run_folders(folders)
     names = [os.path.basename(os.path.normpath(f)) for f in found]
     runs = {(n if names.count(n) == 1 else os.path.normpath(f).replace(os.sep, "_")): f for n, f in zip(names, found)}
     out = out or folders[0]
@@ -166,7 +252,9 @@ def plot_runs(folders, out=None):
     written = []
     plot_accuracy({label: runlog.read_jsonl(os.path.join(f, "evals.jsonl")) for label, f in runs.items()},
                   os.path.join(out, "accuracy.png"))
-    written.append("accuracy.png")
+    plot_training({label: runlog.read_jsonl(os.path.join(f, "metrics.jsonl")) for label, f in runs.items()},
+                  os.path.join(out, "training.png"))
+    written += ["accuracy.png", "training.png"]
     for label, f in runs.items():
         metrics = runlog.read_jsonl(os.path.join(f, "metrics.jsonl"))
         config = runlog.read_json(os.path.join(f, "config.json"))
@@ -188,10 +276,17 @@ def main():
     p = argparse.ArgumentParser(description="Plot run folders written by graft_min.py.")
     p.add_argument("folders", nargs="+", help="run folders, or a comparison folder holding grpo/ and graft/")
     p.add_argument("--out", default=None, help="where the PNGs go (default: the first folder)")
+    p.add_argument("--table", action="store_true", help="print the training reward per family instead of plotting")
+    p.add_argument("--every", type=int, default=10, help="--table: steps per printed row")
     args = p.parse_args()
     for folder in args.folders:
         if not os.path.isdir(folder):
             p.error(f"{folder}: no such run folder")
+    if args.table:
+        for folder in _run_folders(args.folders):
+            print(f"{folder}:")
+            print("\n".join(training_table(runlog.read_jsonl(os.path.join(folder, "metrics.jsonl")), args.every)))
+        return
     for path in plot_runs(args.folders, args.out):
         print(path)
 

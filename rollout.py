@@ -40,6 +40,7 @@ class Rollout:
     logprobs: list  # [G * n] 1-D float tensors, behaviour log-probs of response_ids
     n: int
     seconds: dict = field(default_factory=dict)  # wall time of "generate" and "score"
+    entropy: list = field(default_factory=list)  # [G * n] 1-D float tensors, next-token entropy at each position
 
     def mean_logprobs(self):
         """Eq. 6 per response: [G * n] tensor (responses are never empty)."""
@@ -62,27 +63,30 @@ def pad_batch(prompt_ids, response_ids, pad_id):
     return input_ids, attention, position_ids, response_mask, P
 
 
-def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None):
+def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None, entropy=False):
     """log_softmax(logits / T) of each response token given its prompt and the tokens before it.
 
-    prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]);
+    prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]), and with
+    entropy=True also the entropy of the whole next-token distribution at each position [B, R];
     gradients flow when grad mode is on. micro_batch splits the forward to bound memory.
     """
     device = next(model.parameters()).device
     if micro_batch and len(prompt_ids) > micro_batch:
         parts = [token_logprobs(model, prompt_ids[i:i + micro_batch], response_ids[i:i + micro_batch],
-                                pad_id, temperature) for i in range(0, len(prompt_ids), micro_batch)]
-        R = max(lp.shape[1] for lp, _ in parts)
-        lps = torch.cat([torch.nn.functional.pad(lp, (0, R - lp.shape[1])) for lp, _ in parts])
-        masks = torch.cat([torch.nn.functional.pad(m, (0, R - m.shape[1])) for _, m in parts])
-        return lps, masks
+                                pad_id, temperature, entropy=entropy) for i in range(0, len(prompt_ids), micro_batch)]
+        R = max(part[0].shape[1] for part in parts)
+        return tuple(torch.cat([torch.nn.functional.pad(part[k], (0, R - part[k].shape[1])) for part in parts])
+                     for k in range(len(parts[0])))
     input_ids, attention, position_ids, mask, P = pad_batch(prompt_ids, response_ids, pad_id)
     out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 position_ids=position_ids.to(device), use_cache=False)
     R = mask.shape[1]
     logits = out.logits[:, P - 1:P + R - 1].float() / temperature  # [B, R, V], logits at t predict t+1
     targets = input_ids[:, P:].to(device)  # [B, R]
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # [B, R]
+    all_logprobs = torch.log_softmax(logits, dim=-1)  # [B, R, V]
+    logprobs = all_logprobs.gather(-1, targets[..., None]).squeeze(-1)  # [B, R]
+    if entropy:
+        return logprobs, mask.to(device), -(all_logprobs.exp() * all_logprobs).sum(-1)  # [B, R] each
     return logprobs, mask.to(device)
 
 
@@ -132,13 +136,14 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
         model.generation_config = saved_config
     texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     t1 = time.time()
-    logprobs = []
+    logprobs, entropy = [], []
     for start in range(0, len(flat), step) if score else []:
-        lp, mask = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
-                                  temperature, micro_batch=score_batch)
+        lp, mask, ent = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
+                                       temperature, micro_batch=score_batch, entropy=True)
         logprobs += [row[m].float().cpu() for row, m in zip(lp, mask)]
+        entropy += [row[m].float().cpu() for row, m in zip(ent, mask)]
     seconds = {"generate": t1 - t0, "score": time.time() - t1}
-    return Rollout(list(prompt_ids), response_ids, texts, finished, logprobs, n, seconds)
+    return Rollout(list(prompt_ids), response_ids, texts, finished, logprobs, n, seconds, entropy)
 
 
 def retokenize(texts, finished, tokenizer):

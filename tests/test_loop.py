@@ -286,3 +286,37 @@ def test_resume_after_an_interruption_matches_the_uninterrupted_run(model_dirs, 
             assert torch.equal(v, _weights(part, name)[k]), k
     evals = lambda d: [json.loads(l) for l in open(os.path.join(d, "evals.jsonl"))]  # noqa: E731
     assert evals(part) == evals(tmp_path / "full")
+
+
+def test_gradient_split_adds_up_to_the_first_update_gradient(policies):
+    """At theta = theta_old the clip is inactive: the positive and negative parts of the gradient
+    sum to the gradient of -J that update() computes on the same buffer (one minibatch)."""
+    cfg = cfg_for("--minibatches", "1")
+    pol = policies["a"]
+    ro, groups = graft_min.rollout_groups(pol, batch(), cfg, step=0)
+    adv = loss.group_advantages(torch.tensor([[1.0, 0, 0, 1], [0, 0, 0, 1], [1, 1, 1, 0], [0] * 4, [1, 0, 1, 0],
+                                              [0, 1, 1, 1]]))
+    rows = [r for q in range(6) for r in graft_min.own_rows(ro, q, adv[q])]
+    rows[0].weight = 0.9  # a weight other than 1 must scale its response's part
+    split = graft_min.gradient_split(pol, rows, cfg)
+    assert all(p.grad is None for p in pol.model.parameters())  # no gradient left behind
+    lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
+                                      pol.tok.pad_token_id, cfg.temperature)
+    old = torch.nn.utils.rnn.pad_sequence([r.old_logprobs for r in rows], batch_first=True)
+    l, _ = loss.policy_loss(lp, old, torch.tensor([r.advantage for r in rows]), torch.tensor([r.weight for r in rows]),
+                            mask)
+    l.backward()
+    total = torch.cat([p.grad.flatten() for p in pol.model.parameters()]).norm()
+    assert split["grad_norm_total"] == pytest.approx(float(total), rel=1e-4)
+    assert split["grad_norm_pos"] > 0 and split["grad_norm_neg"] > 0
+    assert -1 <= split["grad_cos_pos_neg"] <= 1
+
+
+def test_train_step_logs_entropy_and_the_gradient_split_on_request(policies):
+    cfg = cfg_for("--method", "grpo", "--grad-split")
+    metrics, _ = graft_min.train_step(0, policies, batch(), cfg)
+    for m in metrics.values():
+        assert m["entropy"] > 0 and m["sampled_logprob"] < 0
+        assert m["grad_norm_pos"] >= 0 and m["grad_norm_neg"] >= 0
+    plain, _ = graft_min.train_step(1, policies, batch(1), cfg_for("--method", "grpo"))
+    assert "grad_norm_pos" not in plain["a"]

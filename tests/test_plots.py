@@ -21,7 +21,8 @@ def write_run(folder, exchange=True, steps=6, n=4):
                     "peer_mixed_on_all_fail": rng.random() if step % 3 else None, "selected": len(s) // n,
                     "peer_responses": len(s), "admitted": sum(x > 0.8 for x in s), "s_values": s,
                     "clip_self": 0.01 * rng.random(), "clip_peer": 0.02 * rng.random() if s else 0.0,
-                    "tokens_self": 100, "tokens_peer": 40 if s else 0}) + "\n")
+                    "tokens_self": 100, "tokens_peer": 40 if s else 0, "entropy": rng.uniform(0.1, 0.5),
+                    "families": {f: {"reward": rng.random(), "all_fail": rng.random()} for f in ("add", "mul")}}) + "\n")
     with open(os.path.join(folder, "trajectories.jsonl"), "w") as f:
         for step in range(steps):
             for q in range(3):
@@ -44,7 +45,7 @@ def test_every_plot_of_one_run(tmp_path):
     write_run(tmp_path / "run")
     written = plots.plot_runs([str(tmp_path / "run")])
     names = sorted(os.path.basename(p) for p in written)
-    assert names == sorted(["accuracy.png", "complementarity.png", "success_heatmap.png", "compatibility.png",
+    assert names == sorted(["accuracy.png", "training.png", "complementarity.png", "success_heatmap.png", "compatibility.png",
                             "clipping.png", "exchange.png"])
     assert all(_is_png(p) for p in written)
 
@@ -55,5 +56,23 @@ def test_comparison_folder_and_a_run_without_exchange(tmp_path):
     written = plots.plot_runs([str(tmp_path / "cmp")])
     names = {os.path.basename(p) for p in written}
     assert "grpo_compatibility.png" not in names  # nothing was exchanged under GRPO
-    assert {"accuracy.png", "grpo_complementarity.png", "graft_compatibility.png", "graft_exchange.png"} <= names
+    assert {"accuracy.png", "training.png", "grpo_complementarity.png", "graft_compatibility.png", "graft_exchange.png"} <= names
     assert all(_is_png(p) for p in written)
+
+
+def test_training_table_averages_each_block_of_steps():
+    metrics = [{"step": s, "model": "a", "entropy": 0.5 + s, "selected": s,
+                "families": {"add": {"reward": s / 10, "all_fail": 1 - s / 10}, "mul": {"reward": 0.5, "all_fail": 0.0}}}
+               for s in range(4)]
+    lines = plots.training_table(metrics, every=2)
+    assert len(lines) == 3  # a header and two blocks
+    assert lines[1].split() == ["0-1", "a", "0.050", "0.950", "0.500", "0.000", "1.000", "0.5"]
+    assert lines[2].split() == ["2-3", "a", "0.250", "0.750", "0.500", "0.000", "3.000", "2.5"]
+
+
+def test_seed_bands_plot(tmp_path):
+    runs = {label: {seed: [{"step": s, "model": m, "add": 0.1 * s + seed / 100, "mul": 0.5, "mean": 0.3}
+                           for s in range(0, 50, 10) for m in "ab"] for seed in range(3)} for label in ("GRPO", "GRAFT")}
+    path = str(tmp_path / "bands.png")
+    plots.plot_seed_bands(runs, path)
+    assert _is_png(path)

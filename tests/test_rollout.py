@@ -127,3 +127,29 @@ def test_char_tokenizer_round_trip_and_visible_unknowns(char_tok_a, char_tok_b):
     assert char_tok_a.encode(text) != char_tok_b.encode(text)  # different ids
     unk = char_tok_a.encode("1?2")
     assert len(unk) == 3 and unk[1] == char_tok_a.unk_token_id  # never silently dropped
+
+
+def test_entropy_is_that_of_the_whole_next_token_distribution(llama, char_tok_a):
+    p = _texts()[2]
+    prompt, resp = char_tok_a.encode(p.question), char_tok_a.encode(p.solution)
+    with torch.no_grad():
+        lp, mask, ent = rollout.token_logprobs(llama, [prompt, prompt[:3]], [resp, resp[:4]], char_tok_a.pad_token_id,
+                                               temperature=0.8, entropy=True)
+        logits = llama(torch.tensor([prompt + resp])).logits[0, len(prompt) - 1:-1] / 0.8  # [R, V]
+    probs = torch.softmax(logits, -1)
+    ref = -(probs * probs.log()).sum(-1)  # [R]
+    torch.testing.assert_close(ent[0, :len(resp)], ref, atol=1e-5, rtol=0)
+    assert ent.shape == lp.shape == mask.shape
+    vocab = len(char_tok_a)
+    assert (ent[mask] >= 0).all() and (ent[mask] <= torch.log(torch.tensor(float(vocab))) + 1e-5).all()
+
+
+def test_sample_groups_keeps_the_entropy_of_each_sampled_token(llama, char_tok_a):
+    prompts = [char_tok_a.encode(p.question) for p in _texts()[:2]]
+    torch.manual_seed(0)
+    ro = rollout.sample_groups(llama, char_tok_a, prompts, 2, max_new_tokens=8, temperature=1.0)
+    assert [len(e) for e in ro.entropy] == [len(r) for r in ro.response_ids]
+    with torch.no_grad():
+        _, _, ent = rollout.token_logprobs(llama, [ro.prompt_ids[0]], [ro.response_ids[0]], char_tok_a.pad_token_id,
+                                           entropy=True)
+    torch.testing.assert_close(ro.entropy[0], ent[0], atol=1e-5, rtol=0)
