@@ -41,7 +41,7 @@ from tqdm import tqdm
 import tasks
 
 log = logging.getLogger("graft_min")
-CACHE_VERSION = 2  # bump when the warm-start code or the tiny world changes what a spec produces
+CACHE_VERSION = 4  # bump when the warm-start code or the tiny world changes what a spec produces
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 
 
@@ -93,6 +93,7 @@ class TinySpec:
     n_layer: int
     n_head: int
     mix: dict = field(default_factory=dict)  # family -> share of warm-start examples
+    habits: dict = field(default_factory=dict)  # family -> share of its warm-start traces with the wrong habit
     steps: int = 600
     batch: int = 128
     lr: float = 2e-3
@@ -134,7 +135,8 @@ def build_tiny_model(spec, tokenizer):
 
 
 def warm_start(model, tokenizer, spec, world):
-    """Supervised pass on worked solutions of the spec's family mix (loss on response tokens)."""
+    """Supervised pass on worked solutions of the spec's family mix (loss on response tokens); a
+    spec.habits share of each family's traces carries that family's wrong habit (a noisy teacher)."""
     from rollout import token_logprobs
 
     rng = random.Random(f"warm-{spec.seed}")
@@ -148,7 +150,8 @@ def warm_start(model, tokenizer, spec, world):
         fams = rng.choices(families, weights=[spec.mix[f] for f in families], k=spec.batch)
         probs = [rng.choice(world.train[f]) for f in fams]
         prompts = [tokenizer.encode(p.question) for p in probs]
-        responses = [tokenizer.encode(p.solution) + [tokenizer.eos_token_id] for p in probs]
+        traces = [p.habit if rng.random() < spec.habits.get(p.family, 0.0) else p.solution for p in probs]
+        responses = [tokenizer.encode(t) + [tokenizer.eos_token_id] for t in traces]
         logprobs, mask = token_logprobs(model, prompts, responses, tokenizer.pad_token_id)
         loss = -(logprobs * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)

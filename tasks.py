@@ -35,31 +35,48 @@ class Problem:
     question: str  # the problem text (the prompt before any template)
     answer: str  # gold final answer, bare (e.g. "282")
     solution: str = ""  # a worked solution ending in \boxed{answer}, when the task has one
+    habit: str = ""  # tiny world only: the same solution carrying the family's systematic mistake
 
 
 # ---------------------------------------------------------------- the tiny world
 
+def column_trace(a, b, op, drop_first_carry=False):
+    """A worked column computation of a (op) b, from the units up, each column written with its
+    carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033};
+    mul 347*6 -> 7*6=42,4*6+4=28,3*6+2=20 \\boxed{2082}.
+    The wrong habit (drop_first_carry): the first non-zero carry is never added to the next
+    column (later carries are), and the answer is read off the columns as written.
+    Returns (trace, the answer the trace ends in)."""
+    bs = str(b)[::-1] if op == "+" else str(b) * len(str(a))  # the second operand's digit per column
+    steps, digits, carry, dropped = [], [], 0, not drop_first_carry
+    for da, db in zip(str(a)[::-1], bs):
+        s = int(da) + int(db) + carry if op == "+" else int(da) * int(db) + carry
+        steps.append(f"{da}{op}{db}" + (f"+{carry}" if carry else "") + f"={s}")
+        digits.append(s % 10)
+        carry = s // 10
+        if carry and not dropped:
+            carry, dropped = 0, True
+    answer = int(str(carry or "") + "".join(map(str, digits[::-1])))
+    return ",".join(steps) + f" \\boxed{{{answer}}}", answer
+
+
 def mul_problem(a, b):
-    """a (2-digit) x b (1-digit) by decomposition into tens and units."""
-    tens, units = a // 10 * 10, a % 10
-    solution = f"{tens}*{b}+{units}*{b}={tens * b}+{units * b}={a * b} \\boxed{{{a * b}}}"
-    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(a * b), solution)
+    """a (2-digit) x b (1-digit), column by column."""
+    solution, answer = column_trace(a, b, "*")
+    assert answer == a * b
+    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(answer), solution, column_trace(a, b, "*", True)[0])
 
 
 def add_problem(a, b):
-    """a + b (4-digit each) column by column from the units, writing each carry."""
-    steps, carry = [], 0
-    for da, db in zip(str(a)[::-1], str(b)[::-1]):
-        s = int(da) + int(db) + carry
-        steps.append(f"{da}+{db}+1={s}" if carry else f"{da}+{db}={s}")
-        carry = s // 10
-    solution = ",".join(steps) + f" \\boxed{{{a + b}}}"
-    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(a + b), solution)
+    """a + b (3-digit each), column by column."""
+    solution, answer = column_trace(a, b, "+")
+    assert answer == a + b
+    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(answer), solution, column_trace(a, b, "+", True)[0])
 
 
 FAMILIES = {  # family -> (maker, first operand range, second operand range)
     "mul": (mul_problem, range(12, 100), range(2, 10)),
-    "add": (add_problem, range(1000, 10000), range(1000, 10000)),
+    "add": (add_problem, range(100, 1000), range(100, 1000)),
 }
 
 

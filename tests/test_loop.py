@@ -96,8 +96,8 @@ def capture_updates(monkeypatch):
 def test_train_step_replaces_selected_groups_and_keeps_the_rest(policies, monkeypatch):
     seen = capture_updates(monkeypatch)
     cfg = cfg_for("--method", "graft", "--delta", "0")
-    probs = batch(step=5)
-    metrics, groups = graft_min.train_step(5, policies, probs, cfg)
+    probs = batch(step=6)  # a step where this world exchanges both ways (A sends two groups)
+    metrics, groups = graft_min.train_step(6, policies, probs, cfg)
     k = {m: groups[m].rewards.sum(1).long().tolist() for m in "ab"}
     a_to_b, b_to_a = graft_min.select_exchange(k["a"], k["b"], cfg.n)
     assert a_to_b and b_to_a, "the test world must exchange both ways; pick another step"
