@@ -236,7 +236,8 @@ def rollout_groups(pol, batch, cfg, step):
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
                                gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
+                            for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
     return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), rewards)
 
 
@@ -315,7 +316,8 @@ def evaluate(pol, heldout, cfg, step):
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
         ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
                                    cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False)
-        hits = [reward(t, problems[j // cfg.eval_samples].answer) for j, t in enumerate(ro.texts)]
+        hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
+                for j, t in enumerate(ro.texts)]
         result[fam] = sum(hits) / len(hits)
     result["mean"] = sum(result.values()) / len(result)
     return result
@@ -393,7 +395,8 @@ def stored_groups(log_records, step, batch, cfg, path):
     if any(len(r["texts"]) != cfg.n for r in records):
         raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
     texts = [t for r in records for t in r["texts"]]
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(texts)]).view(-1, cfg.n)
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
+                            for j, t in enumerate(texts)]).view(-1, cfg.n)
     return Groups(texts, [f for r in records for f in r["finished"]],
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), rewards)
 
@@ -565,6 +568,8 @@ def parse_args(argv=None):
     a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
     a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
     a("--max-new-tokens", type=int, default=4096, help="max response tokens")
+    a("--lenient-answers", action="store_true",
+      help="also credit an unboxed final answer after '####' or 'the answer is' (paper: only the last \\boxed{})")
     # ablations (paper Table 2)
     a("--no-gate", action="store_true", help="ablation: w = 1 for every peer response (no floor, no cap)")
     a("--no-balance", action="store_true", help="ablation: send every Eq. 4 candidate, no min-m balancing")
