@@ -261,7 +261,8 @@ def rollout_groups(pol, batch, cfg, step):
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
                                gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
+                            for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
     return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), rewards)
 
 
@@ -345,7 +346,8 @@ def evaluate(pol, heldout, cfg, step):
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
         ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
                                    cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False)
-        hits = [reward(t, problems[j // cfg.eval_samples].answer) for j, t in enumerate(ro.texts)]
+        hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
+                for j, t in enumerate(ro.texts)]
         result[fam] = sum(hits) / len(hits)
     result["mean"] = sum(result.values()) / len(result)
     return result
@@ -423,36 +425,65 @@ def stored_groups(log_records, step, batch, cfg, path):
     if any(len(r["texts"]) != cfg.n for r in records):
         raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
     texts = [t for r in records for t in r["texts"]]
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer) for j, t in enumerate(texts)]).view(-1, cfg.n)
+    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
+                            for j, t in enumerate(texts)]).view(-1, cfg.n)
     return Groups(texts, [f for r in records for f in r["finished"]],
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), rewards)
 
 
+def run_config(cfg, method):
+    """The run's settings as config.json records them: every flag, the method, the model paths,
+    the stored-mode peer and the thread count (the one set now, unless --threads gives it)."""
+    config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
+              "threads": cfg.threads or torch.get_num_threads()}
+    if method == "stored":
+        config["peer"] = "b" if cfg.train == "a" else "a"
+    return json.loads(json.dumps(config))
+
+
 def run(cfg, method, out):
-    """Train with one method into the run folder `out`; returns its summary."""
+    """Train with one method into the run folder `out`; returns its summary.
+
+    With --resume and a checkpoint in `out`, the run continues from it if its settings agree with
+    out/config.json (runlog.check_resume); --threads defaults to the saved thread count then."""
     cfg = argparse.Namespace(**{**vars(cfg), "method": method})
     files = {k: os.path.join(out, f"{k}.jsonl") for k in ("metrics", "trajectories", "evals")}
-    ckpt_path = os.path.join(out, "checkpoint.pt")
-    paths = model_paths(cfg)
+    ckpt_path, ckpt = os.path.join(out, "checkpoint.pt"), None
+    resuming = cfg.resume and os.path.exists(ckpt_path)
+    saved = runlog.saved_config(out) if resuming else None
+    if resuming and not cfg.threads:
+        cfg.threads = saved.get("threads")  # pinned: on a CPU, torch's results depend on the thread count
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    config = run_config(cfg, method)
+    if resuming:
+        ckpt = runlog.load_checkpoint(ckpt_path)
+        for key, old, new in runlog.check_resume(out, saved, config, ckpt["next_step"]):
+            rounding = key in ("device", "micro_batch", "grad_checkpointing")
+            log.log(logging.WARNING if rounding else logging.INFO, "%s: resumed with %s %s (was %s)%s", out, key,
+                    json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
+    if method == "stored":
+        runlog.check_peer_log(config)
+        cfg.peer = config["peer"]
+    paths = config["model_paths"]
     names = [cfg.train] if method == "stored" else ["a", "b"]
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
     train_problems, heldout = load_data(cfg)
     peer_log = None
     if method == "stored":
-        cfg.peer = "b" if cfg.train == "a" else "a"
         peer_log = {}
         for r in runlog.read_jsonl(cfg.peer_log):
             if r["model"] == cfg.peer:
                 peer_log.setdefault(r["step"], []).append(r)
 
     start, wall = 0, 0.0
-    if cfg.resume and os.path.exists(ckpt_path):
-        ckpt = runlog.load_checkpoint(ckpt_path)
+    if ckpt is not None:
         for name, pol in policies.items():
             pol.model.load_state_dict(ckpt["models"][name])
             pol.opt.load_state_dict(ckpt["opts"][name])
         start, wall = ckpt["next_step"], ckpt["wall"]
+        del ckpt
         for key, path in files.items():
             runlog.truncate_jsonl(path, start + 1 if key == "evals" else start)
         log.info("resumed %s at step %d", out, start)
@@ -460,7 +491,7 @@ def run(cfg, method, out):
         os.makedirs(out, exist_ok=True)
         for path in files.values():
             open(path, "w").close()
-        runlog.write_json(os.path.join(out, "config.json"), {**vars(cfg), "model_paths": paths})
+        runlog.write_json(os.path.join(out, "config.json"), config)
         for name, pol in policies.items():
             runlog.append_jsonl(files["evals"], {"step": 0, "model": name, **evaluate(pol, heldout, cfg, 0)})
 
@@ -496,15 +527,15 @@ def run(cfg, method, out):
 # ---------------------------------------------------------------- the main job and the CLI
 
 def _run_job(job):
-    torch.set_num_threads(1)  # one core per run
     return run(*job)
 
 
 def run_parallel(jobs, workers):
-    """Run (cfg, method, out) jobs, `workers` at a time in separate processes (1 = in this one)."""
+    """Run (cfg, method, out) jobs, `workers` at a time in separate processes (1 = in this one),
+    each on one thread unless its --threads says otherwise."""
     if workers <= 1 or len(jobs) == 1:
         return [run(*job) for job in jobs]
-    jobs = [(argparse.Namespace(**{**vars(cfg), "bar_position": i % workers}), m, out)
+    jobs = [(argparse.Namespace(**{**vars(cfg), "bar_position": i % workers, "threads": cfg.threads or 1}), m, out)
             for i, (cfg, m, out) in enumerate(jobs)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_run_job, jobs))
@@ -595,6 +626,8 @@ def parse_args(argv=None):
     a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
     a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
     a("--max-new-tokens", type=int, default=4096, help="max response tokens")
+    a("--lenient-answers", action="store_true",
+      help="also credit an unboxed final answer after '####' or 'the answer is' (paper: only the last \\boxed{})")
     # ablations (paper Table 2)
     a("--no-gate", action="store_true", help="ablation: w = 1 for every peer response (no floor, no cap)")
     a("--no-balance", action="store_true", help="ablation: send every Eq. 4 candidate, no min-m balancing")
@@ -611,6 +644,9 @@ def parse_args(argv=None):
     a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    a("--threads", type=int, default=None,
+      help="torch CPU threads, recorded in config.json (default: torch's default; 1 per parallel run; "
+           "on --resume the saved count)")
     a("--dtype", default="float32", choices=["float32", "bfloat16"],
       help="bfloat16: forward passes under bf16 autocast; weights, grads and AdamW states stay fp32")
     a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
@@ -619,7 +655,9 @@ def parse_args(argv=None):
     a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
     a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
     a("--out", default=None, help="run folder (default runs/<pair>)")
-    a("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    a("--resume", action="store_true",
+      help="continue from the run folder's last checkpoint; refused when a setting differs from its config.json, "
+           "except --steps (to extend), --eval-every, --ckpt-every, --device, --micro-batch, --grad-checkpointing")
     a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
     a("--grad-split", action="store_true",
       help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
@@ -649,7 +687,7 @@ def main(argv=None):
         if cfg.method == "compare":
             return compare(cfg)
         summary = run(cfg, cfg.method, cfg.out)
-    except (pairs.ModelNotAvailable, tasks.DataNotAvailable) as e:
+    except (pairs.ModelNotAvailable, tasks.DataNotAvailable, runlog.ConfigMismatch) as e:
         raise SystemExit(f"graft_min: {e}") from None
     print(json.dumps(summary, indent=1))
     return summary

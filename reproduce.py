@@ -7,13 +7,16 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                          # ~54 min on 2 cores with the defaults (+3 to warm-start)
-    python reproduce.py --seeds 0 --steps 20     # a quick look
+    python reproduce.py                                          # ~54 min on 2 cores (+3 to warm-start)
+    python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
 final held-out pass@1 per model and family, and deltas vs GRPO (n)) and the plots next to them.
-Runs go to runs/reproduce/seed<k>/<variant>/ and are resumed if present (--resume semantics).
-Jobs run two at a time by default (--jobs), each single-threaded.
+Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there is reused
+(resumed, or taken as it is when finished) only if its config.json holds exactly this
+reproduction's settings; otherwise nothing runs and the error names each differing setting
+(use another --root, or delete the folder). Jobs run two at a time by default (--jobs), each
+single-threaded (--threads 1, part of each run's settings).
 """
 
 import argparse
@@ -45,7 +48,8 @@ LABELS = {"grpo": "GRPO (n)", "grpo_2n": "GRPO (2n)", "graft": "GRAFT", "stored_
 
 
 def jobs_for(variants, seeds, flags, root):
-    """(cfg, method, run folder) per variant and seed; finished runs are resumed, i.e. skipped."""
+    """(cfg, method, run folder) per variant and seed; finished runs are resumed, i.e. skipped
+    (check_reuse first makes sure that they hold these settings)."""
     jobs = []
     for seed in seeds:
         for variant in variants:
@@ -57,6 +61,25 @@ def jobs_for(variants, seeds, flags, root):
                                         "--resume", *flags, *extra])
             jobs.append((cfg, method, out))
     return jobs
+
+
+def check_reuse(jobs):
+    """Refuse (SystemExit) if a job's folder holds a run made with other settings: a finished run
+    would be reported as this reproduction's, an unfinished one resumed into a mix. Every key but
+    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps and the evaluation cadence too."""
+    errors = []
+    for cfg, method, out in jobs:
+        if not os.path.exists(os.path.join(out, "checkpoint.pt")):
+            continue  # nothing to reuse: the run starts from scratch
+        try:
+            runlog.check_config(runlog.saved_config(out), graft_min.run_config(cfg, method),
+                                os.path.join(out, "config.json"), ignore=runlog.BOOKKEEPING,
+                                fix="reproduce.py reuses a run folder only with the same settings; "
+                                    "give another --root, or delete the folder to rerun it")
+        except runlog.ConfigMismatch as e:
+            errors.append(str(e))
+    if errors:
+        raise SystemExit("reproduce.py: " + "\n".join(errors))
 
 
 STATS = ("all_fail_share", "groups_exchanged", "responses_admitted", "clip_self", "clip_peer")
@@ -155,11 +178,13 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
     args = p.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
-    flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every or args.steps)]
+    flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every or args.steps), "--threads", "1"]
     graft_min.model_paths(graft_min.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
-    online = [v for v in VARIANTS if VARIANTS[v][0] != "stored"]  # GRPO (2n), the longest, first
-    graft_min.run_parallel(jobs_for(online, args.seeds, flags, args.root), args.jobs)
-    graft_min.run_parallel(jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root), args.jobs)  # read GRPO logs
+    online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
+    stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
+    check_reuse(online + stored)
+    graft_min.run_parallel(online, args.jobs)  # GRPO (2n), the longest, first
+    graft_min.run_parallel(stored, args.jobs)  # they read the GRPO runs' logs
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall))

@@ -7,6 +7,11 @@ and summary.json (`summarize`: held-out accuracy at start / end / best, exchange
 Every whole-file write goes to a temporary file that is renamed over the old one, so a run
 killed at any moment leaves either the old or the new file, never half of one. On resume the
 JSONL logs are cut back to the checkpoint's step, so they match a run that was never killed.
+
+A folder is only reused with the settings it was made with (`check_resume`, `check_config`):
+config.json is compared key by key with the new run's settings, and a difference is an error
+that names each key with both values, so that two experiments never mix in one folder. Stored
+mode checks the run whose log it replays the same way (`check_peer_log`).
 """
 
 import json
@@ -14,6 +19,20 @@ import os
 import tempfile
 
 import torch
+
+# config.json keys that say where things go, not what is computed: never compared
+BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir")
+# keys that may change when a run is resumed: the number of steps (to extend the run, never to
+# end it before its checkpoint), how often it evaluates and checkpoints (evaluations are seeded
+# by their step, training does not see them), and the memory / placement settings (device,
+# micro-batch, gradient checkpointing: the same computation, equal up to floating-point rounding)
+RESUME_MAY_CHANGE = BOOKKEEPING + ("steps", "eval_every", "ckpt_every", "device", "micro_batch",
+                                   "grad_checkpointing")
+MISSING = "<not set>"  # how a key that only one config has is shown
+
+
+class ConfigMismatch(ValueError):
+    """A run folder's settings disagree with those of a run that would reuse it."""
 
 
 def _atomic(path, write):
@@ -76,6 +95,73 @@ def truncate_jsonl(path, before_step):
             if record["step"] < before_step:
                 kept.append(line if line.endswith("\n") else line + "\n")
     _atomic(path, lambda f: f.write("".join(kept).encode()))
+
+
+def config_differences(saved, new, ignore=(), keys=None):
+    """[(key, saved value, new value)] for each key whose values differ, in sorted order: every
+    key of either config (or only `keys`) except those in `ignore`. Values are compared as JSON
+    stores them, so a tuple equals the list it was saved as."""
+    saved, new = json.loads(json.dumps(saved)), json.loads(json.dumps(new))
+    keys = sorted(set(saved) | set(new)) if keys is None else keys
+    return [(k, saved.get(k, MISSING), new.get(k, MISSING)) for k in keys
+            if k not in ignore and saved.get(k, MISSING) != new.get(k, MISSING)]
+
+
+def check_config(saved, new, where, fix, ignore=(), keys=None):
+    """Raise ConfigMismatch naming every differing key (see config_differences) with its value in
+    `where` (the saved config.json) and now; `fix` says what to do about it."""
+    diffs = config_differences(saved, new, ignore, keys)
+    if diffs:
+        lines = "\n".join(f"  {k}: saved {json.dumps(old)}, now {json.dumps(cur)}" for k, old, cur in diffs)
+        raise ConfigMismatch(f"{where}: {len(diffs)} setting(s) differ from this run's:\n{lines}\n{fix}")
+
+
+def saved_config(out):
+    """out/config.json: the settings of the run that made folder `out`."""
+    path = os.path.join(out, "config.json")
+    if not os.path.exists(path):
+        raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "
+                             f"start a fresh run in another folder (--out)")
+    return read_json(path)
+
+
+def check_resume(out, saved, config, next_step):
+    """May a run with settings `config` resume the checkpoint of folder `out` at `next_step`?
+    `saved`: out/config.json.
+
+    Raises ConfigMismatch unless every key outside RESUME_MAY_CHANGE is as saved and --steps does
+    not end before the checkpoint. Returns the allowed keys that did change (bookkeeping aside),
+    as config_differences does, for the caller to report."""
+    path = os.path.join(out, "config.json")
+    check_config(saved, config, path, ignore=RESUME_MAY_CHANGE,
+                 fix=f"--resume would mix two experiments in one folder. Resume with the saved values, or start a "
+                     f"fresh run in another folder (--out). Only {', '.join(RESUME_MAY_CHANGE)} may change on resume.")
+    if config["steps"] < next_step:
+        raise ConfigMismatch(f"{out}: the checkpoint is at step {next_step}, after the {config['steps']} steps asked "
+                             f"for; give --steps {next_step} or more to extend the run, or use another folder (--out)")
+    return config_differences(saved, config, ignore=BOOKKEEPING, keys=RESUME_MAY_CHANGE)
+
+
+# Stored mode replays the groups another run logged (trajectories.jsonl): they stand for this run's
+# peer only if that run sampled them as this one would: at the same temperature (Eq. 7 compares
+# log-probs taken at it), with the same n, response length and prompt format, and on the same
+# prompts (step t's batch depends on the seed, the data and the batch size), from the same model.
+PEER_LOG_MUST_MATCH = ("temperature", "n", "max_new_tokens", "plain_prompt", "seed", "data", "train_data",
+                       "world_seed", "prompts_per_step")
+
+
+def check_peer_log(config):
+    """Stored mode: the config.json next to config["peer_log"] must agree with this run's config on
+    PEER_LOG_MUST_MATCH, and its model_paths on the peer's model; else ConfigMismatch names the keys."""
+    path = os.path.join(os.path.dirname(os.path.abspath(config["peer_log"])), "config.json")
+    if not os.path.exists(path):
+        raise ConfigMismatch(f"{path}: not found; stored mode checks the settings of the run that wrote "
+                             f"{config['peer_log']} in the config.json next to it")
+    logged, model = read_json(path), f"model_paths.{config['peer']}"
+    check_config({**logged, model: logged.get("model_paths", {}).get(config["peer"], MISSING)},
+                 {**config, model: config["model_paths"][config["peer"]]}, path, keys=PEER_LOG_MUST_MATCH + (model,),
+                 fix="the peer log was sampled with other settings; give this run the logged run's values, or "
+                     "log a GRPO run with this run's settings and pass its trajectories.jsonl")
 
 
 def save_checkpoint(path, state):

@@ -239,12 +239,13 @@ def _gold(value, kind):
     text = str(value).strip()
     if kind == "bare":
         return text or None
-    # a full solution: its final answer by the verifier's own rule (the last complete box, or the
-    # text after "####"); without its marker it has no gold (no "the answer is" fallback)
+    # a full solution: its final answer by the verifier's lenient rule (the last complete box, or
+    # the text after "####": golds are not held to the responses' box rule); without its marker it
+    # has no gold (no "the answer is" fallback)
     from verifier import extract_answer
 
     markers = ("\\boxed", "\\fbox") if kind == "boxed" else ("####",)
-    return extract_answer(text) if any(m in text for m in markers) else None
+    return extract_answer(text, require_box=False) if any(m in text for m in markers) else None
 
 
 def load_problems(name, path=None, split=None):

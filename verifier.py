@@ -3,39 +3,50 @@ verifier.py: final-answer extraction and the binary math reward (the "reward" of
 
 reward(response, gold) -> 1.0 if the final answer of the response equals the gold answer, else 0.0.
 As in the paper, the last boxed answer is scored with math-verify, a time-out gives 0, and a
-truncated response is scored as generated. math-verify does the LaTeX parsing and the sympy
-equivalence; this file adds a strict extraction rule, an exact numeric fast path, an explicit
-tolerance policy, a few normalisations, and a time-out that works in any thread.
+truncated response is scored as generated. reward(response, gold, require_box=False) is the
+lenient variant (run flag --lenient-answers) for models that answer GSM8K-style without a box.
+math-verify does the LaTeX parsing and the sympy equivalence; this file adds a strict extraction
+rule, an exact numeric fast path, an explicit tolerance policy, a few normalisations, and a
+time-out that works in any thread.
 
 Grading policy
-- Answer: the last *complete* \\boxed{...} or \\fbox{...} (nested braces handled); only the
-  last box counts, also when boxes are joined by "and" or ",". Without a box:
-  the text after the last GSM8K-style "#### " (a markdown heading "#### Step 2" is not one),
-  else after the last "the answer is" / "Answer:", to the end of that sentence. If the last box
-  is unterminated (truncated) or empty, the response has no answer (we never fall back to an
-  earlier box), and no answer scores 0.
+- Answer (the paper's rule, the default): the last *complete* \\boxed{...} or \\fbox{...}
+  (nested braces handled); only the last box counts, also when boxes are joined by "and" or
+  ",". A response without a box has no answer. If the last box is unterminated (truncated) or
+  empty, the response has no answer (we never fall back to an earlier box), and no answer
+  scores 0. Lenient (require_box=False), only for a response without any box: the text after
+  the last GSM8K-style "#### " (a markdown heading "#### Step 2" is not one), else after the
+  last "the answer is" / "Answer:", to the end of that sentence.
 - Gold answers are bare ("\\frac{1}{2}", "18", "(1,2]"); a gold that is a full solution (MATH
-  solution text with a box, GSM8K rationale with "####") is first reduced to its final answer.
+  solution text with a box, GSM8K rationale with "####") is first reduced to its final answer,
+  by the lenient rule whatever require_box says (the rule is for responses, not for golds).
 - Equivalence is exact for integers, fractions and exact forms (\\sqrt{2}/2 = \\frac{1}{\\sqrt2}).
   A relative tolerance of 1e-6 applies only when a side is an explicit decimal: 0.5 = \\frac12,
-  0.3333333 = 1/3, 0.33 != 1/3. (Inside tuples, intervals and matrices, decimals are compared
-  by math-verify, rounded to 6 places.) Ignored: thousands separators (1,000), \\dfrac/\\tfrac,
-  \\left/\\right, spacing commands, degrees (^\\circ), percent signs (25\\% = 25, hence
-  25\\% != 0.25), units in \\text{...} or as a plain word after a number ("18 dollars"), and
-  dollar signs. Intervals, tuples and matrices are ordered; a plain list of solutions ("2, -3")
-  is not; a column vector equals the tuple of its entries. "x = 3" matches "3". 2\\frac{1}{2}
-  is 5/2. Multiple-choice letters A-E match in any dress: B, (B), \\text{(B)}, \\textbf{(B)} 12
-  (whose value 12 also matches a gold 12).
+  0.3333333 = 1/3, 0.33 != 1/3, also inside tuples, intervals and matrices. Every numeric
+  comparison is relative to the size of the values, so tiny values stay apart:
+  \\frac{1}{500!} != \\frac{1}{501!}, 10^{-400} != 10^{-401} (math-verify's own comparison is
+  absolute: it rounds to 6 places and chops below 1e-15; we replace it, see _numeric_eq).
+  Scientific notation in any spelling is a number: 1.5e-4 = 1.5\\times10^{-4} = 1.5 \\cdot 10^{-4}.
+  A numeral with a base subscript (312_4, 1A_{16}) equals the same number in the same base
+  (0312_4), or its bare digits (312) read in that base; 312_4 != 312_7 and 312_4 != 54.
+  Ignored: thousands separators (1,000), \\dfrac/\\tfrac, \\left/\\right, spacing commands,
+  degrees (^\\circ), percent signs (25\\% = 25, hence 25\\% != 0.25), units in \\text{...} or
+  as a plain word after a number ("18 dollars"), and dollar signs. Intervals, tuples and
+  matrices are ordered; a plain list of solutions ("2, -3") is not; a column vector equals the
+  tuple of its entries. "x = 3" matches "3". 2\\frac{1}{2} is 5/2. Multiple-choice letters A-E
+  match in any dress: B, (B), \\text{(B)}, \\textbf{(B)} 12 (whose value 12 also matches a
+  gold 12).
 - reward never raises: every failure scores 0.0 and logs a warning once per kind of failure.
 - Time-out: the sympy comparison must answer within TIMEOUT_S (1 s), else the answer scores 0.
 
-How. Plain numbers (12, -3.5, 1,000, 1e-3, 3/4, \\frac34, 2\\frac12) are compared exactly with
-fractions.Fraction, without sympy: microseconds, and the training loop's common case. Everything
-else goes to math-verify's parse + verify, run in a helper process (`python verifier.py --serve`,
-started on first need, POSIX only) that is killed, and replaced, if it does not answer in time.
-A process, because sympy can get stuck inside C code (big-integer arithmetic, e.g. while
-evaluating 9^{9^{9}}) where no signal or exception can reach it, and because math-verify's own
-SIGALRM time-out only works in the main thread; killing a process works always and everywhere.
+How. Plain numbers (12, -3.5, 1,000, 1e-3, 2\\times10^{-3}, 3/4, \\frac34, 2\\frac12) are
+compared exactly with fractions.Fraction, without sympy: microseconds, and the training loop's
+common case. Everything else goes to math-verify's parse + verify, run in a helper process
+(`python verifier.py --serve`, started on first need, POSIX only) that is killed, and
+replaced, if it does not answer in time. A process, because sympy can get stuck inside C code
+(big-integer arithmetic, e.g. while evaluating 9^{9^{9}}) where no signal or exception can
+reach it, and because math-verify's own SIGALRM time-out only works in the main thread; killing
+a process works always and everywhere.
 Answers that would obviously build astronomically large numbers (10^{100000}, power towers,
 (10^{10})!) are rejected up front, so they cost nothing. Calls from several threads share the
 one helper, one request at a time.
@@ -57,6 +68,7 @@ from fractions import Fraction
 TIMEOUT_S = 1.0               # seconds the sympy comparison may take; past that it scores 0
 STARTUP_S = 30.0              # seconds the helper process may take to import math-verify
 REL_TOL = Fraction(1, 10**6)  # relative tolerance, only when a side is an explicit decimal
+EXACT_REL_TOL = 1e-40         # two exact forms that agree this well at 50 digits are equal
 MAX_CHARS = 1000              # longer extracted answers are rejected (scored 0)
 MAX_DIGITS = 10_000           # reject numeric powers with more digits (10^{100000}, towers)
 MAX_ARGUMENT = 10_000         # reject n!, \binom{n}{k}, \gcd, ... when a literal exceeds this
@@ -115,8 +127,11 @@ def _rest_of_sentence(text):
     return line.strip(" :*").rstrip(".").strip()
 
 
-def extract_answer(response):
-    """The final answer of a response as a string, or None if it has none (policy: see top)."""
+def extract_answer(response, require_box=True):
+    """The final answer of a response as a string, or None if it has none (policy: see top).
+
+    require_box=True is the paper's rule: the last complete box, else no answer. With
+    require_box=False a response without any box falls back to '#### ', then 'the answer is'."""
     if not isinstance(response, str):
         return None
     boxes = list(_BOX.finditer(response))
@@ -125,6 +140,8 @@ def extract_answer(response):
         if content is None or not content.strip():
             return None  # the last box is unterminated (truncated) or empty: no fallback
         return content.strip()
+    if require_box:
+        return None
     for pattern in (_HASHES, _ANSWER_IS):
         last = None
         for last in pattern.finditer(response):
@@ -137,7 +154,7 @@ def extract_answer(response):
 def _gold_answer(gold):
     """A bare gold stays as it is; a full solution (with a box or '####') is reduced first."""
     if "\\boxed" in gold or "\\fbox" in gold or "####" in gold:
-        return extract_answer(gold)
+        return extract_answer(gold, require_box=False)
     return gold.strip() or None
 
 
@@ -148,6 +165,7 @@ _TEXT = r"\\(?:text|textbf|textrm|textit|textnormal|mathrm|mathbf|mbox|emph)\s*"
 _CLEAN = [(re.compile(p), r) for p, r in [
     (r"\\?\$", ""), (r"(?<!\\)\\[()\[\]]", ""),                   # \$, $ and \( \) \[ \]
     ("\u2212", "-"), ("\u221e", r"\\infty "), ("\u221a", r"\\sqrt "), ("\u00b7", r"\\cdot "),
+    ("\u00d7", r"\\times "),
     (r"\\(?:left|right)\s*\.", ""), (r"\\(?:left|right|[bB]igg?[lr]?)(?![A-Za-z])", ""),
     (r"\\[dt]frac", r"\\frac"), (r"\\[dt]binom", r"\\binom"), (r"\\varnothing", r"\\emptyset"),
     (r"(?<=\d)(?:(?<!\\)\\[,!:; ]|~)(?=\d)", ""),                # 1\,000 -> 1000
@@ -209,6 +227,8 @@ def _choice(s):
 _REAL = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][+-]?\d{1,3})?|[+-]?\.\d+"
 _NUMBER = re.compile(
     rf"(?P<real>{_REAL})"
+    rf"|(?:(?P<mantissa>{_REAL})\\(?:times|cdot)|(?P<tsign>[+-]?))"  # 1.5\times10^{-4}, -10^{3}, 10^6
+    rf"10\^(?:\{{(?P<exp>[+-]?\d+)\}}|(?P<exp1>[+-]?\d))"
     rf"|(?P<sign>[+-]?)(?:\\frac\{{(?P<n>{_REAL})\}}\{{(?P<d>{_REAL})\}}"
     rf"|(?P<n2>{_REAL})/(?P<d2>{_REAL}))"
     rf"|(?P<msign>[+-]?)(?P<whole>\d+)\\frac\{{(?P<mn>\d+)\}}\{{(?P<md>\d+)\}}"
@@ -226,6 +246,12 @@ def _number(s):
     real = lambda t: Fraction(t.replace(",", ""))
     if m["real"]:
         value = real(m["real"])
+    elif m["exp"] or m["exp1"]:  # scientific notation, 1.5\times10^{-4}, or a power of ten, 10^{-400}
+        exponent = int(m["exp"] or m["exp1"])
+        if abs(exponent) > MAX_DIGITS:
+            return None  # left to _dangerous
+        mantissa = real(m["mantissa"]) if m["mantissa"] else Fraction(-1 if m["tsign"] == "-" else 1)
+        return mantissa * Fraction(10) ** exponent, bool(re.search(r"[.eE]", m["mantissa"] or ""))
     elif m["period"]:  # a repeating decimal, 0.1\overline{6} = (16 - 1) / 90: exact
         head = m["int"] + m["fixed"]
         value = Fraction(int(head + m["period"]) - int(head or "0"),
@@ -249,6 +275,49 @@ def _close(a, b):
     if x_decimal or y_decimal:
         return abs(x - y) <= REL_TOL * max(abs(x), abs(y))
     return x == y
+
+
+_BASE_NUMERAL = re.compile(r"([0-9A-Za-z]*\d[0-9A-Za-z]*)_\{?\(?(\d+)\)?\}?")
+_DIGITS = re.compile(r"[0-9A-Za-z]+")
+
+
+def _base_numeral(s):
+    """(value, base) of a numeral with a base subscript, 312_4 or 1A_{16}; None for anything else
+    (x_1 has no digit before the subscript, 19_8 has a digit that base 8 lacks)."""
+    m = _BASE_NUMERAL.fullmatch(s.replace(" ", ""))
+    if not m or not 2 <= int(m[2]) <= 36:
+        return None
+    try:
+        return int(m[1], int(m[2])), int(m[2])
+    except ValueError:  # a digit the base does not have
+        return None
+
+
+def _same_numeral(pred, gold):
+    """Numerals in a base: True / False when a side has a base subscript, None when neither has.
+    Two subscripted numerals must agree in base and value; bare digits on the other side are read
+    in the subscript's base (312 = 312_4: the answer left the base implicit), anything else differs."""
+    p, g = _base_numeral(pred), _base_numeral(gold)
+    if p is None and g is None:
+        return None
+    if p is not None and g is not None:
+        return p == g
+    (value, base), other = (p, gold) if p is not None else (g, pred)
+    other = other.replace(" ", "")
+    if not _DIGITS.fullmatch(other):
+        return False
+    try:
+        return int(other, base) == value
+    except ValueError:
+        return False
+
+
+_E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
+
+
+def _e_notation_as_latex(s):
+    """1.5e-4 -> 1.5\\times10^{-4}: math-verify reads 1.5e-4 as 1.5 * e - 4 (Euler's number)."""
+    return _E_NOTATION.sub(r"\1\\times10^{\2}", s)
 
 
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -300,8 +369,12 @@ def _equivalent(pred, gold):
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
         return _close(a, b)
+    same = _same_numeral(p, g)
+    if same is not None:
+        return same
     if not (_balanced(p) and _balanced(g)):
         return False  # '5}' (from 'the answer is 5}') is not an answer
+    p, g = _e_notation_as_latex(p), _e_notation_as_latex(g)
     if _dangerous(p) or _dangerous(g):
         _warn_once("huge", "an answer with an astronomically large number was rejected")
         return False
@@ -315,13 +388,51 @@ def _equivalent(pred, gold):
 _DECIMAL = re.compile(r"\d\.\d|(?<![\d.])\.\d")
 
 
+def _relatively_close(x, y, rel_tol):
+    """|x - y| <= rel_tol * max(|x|, |y|) for two finite sympy numbers, evaluated to 50 digits.
+    Relative to the values' size, so it never calls two tiny values equal (1/500! vs 1/501!)."""
+    import sympy
+    x, y = sympy.N(x, 50), sympy.N(y, 50)
+    if not (x.is_finite and y.is_finite):
+        return False
+    return bool(abs(x - y) <= sympy.Float(float(rel_tol), 50) * max(abs(x), abs(y)))
+
+
+_math_verify_numeric_eq = None  # math-verify's own grader.sympy_numeric_eq, kept by _sympy_equal
+
+
+def _numeric_eq(a, b, float_rounding, numeric_precision):
+    """Our replacement for math-verify's grader.sympy_numeric_eq (helper process only).
+
+    math-verify's numeric test is absolute: decimals rounded to `float_rounding` places, other
+    numbers equal when (a - b) chopped to `numeric_precision` digits is 0, so any two values
+    below ~1e-15 are equal (1/500! = 1/501!, 10^{-400} = 10^{-401}, also inside tuples and
+    intervals). Here two finite numbers are compared relative to their size: within REL_TOL when
+    either holds a decimal, within EXACT_REL_TOL otherwise. Exact symbolic expressions get no
+    numeric test (math-verify's simplify(a - b) = 0 decides next); matrices, infinities and
+    symbolic expressions with decimals keep math-verify's own test."""
+    import sympy
+    matrix = (sympy.MatrixBase, sympy.MatrixExpr)
+    if all(isinstance(x, sympy.Expr) and not isinstance(x, matrix) for x in (a, b)):
+        decimal = a.has(sympy.Float) or b.has(sympy.Float)
+        if a.is_number and b.is_number and a.is_finite is not False and b.is_finite is not False:
+            return _relatively_close(a, b, REL_TOL if decimal else EXACT_REL_TOL)
+        if not decimal and not (a.is_number or b.is_number):
+            return False
+    return _math_verify_numeric_eq(a, b, float_rounding, numeric_precision)
+
+
 def _sympy_equal(gold, pred):
-    """math-verify's parse + verify (its time-outs off), with our decimal policy for scalars.
-    Runs in the helper process."""
+    """math-verify's parse + verify (its time-outs off), with our decimal policy for scalars and
+    our relative numeric test (_numeric_eq) in place of its absolute one. Runs in the helper process."""
     import math_verify
     import sympy
+    global _math_verify_numeric_eq
     # we enforce the time-out ourselves: silence math-verify's one-time reminder about it
     math_verify.parser.TIMEOUT_WARNING_SHOWN = math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    if _math_verify_numeric_eq is None:  # sympy_expr_eq looks the name up at each call
+        _math_verify_numeric_eq = math_verify.grader.sympy_numeric_eq
+        math_verify.grader.sympy_numeric_eq = _numeric_eq
     config = [math_verify.LatexExtractionConfig()]
     g = math_verify.parse("\\boxed{" + gold + "}", config, parsing_timeout=None)
     p = math_verify.parse("\\boxed{" + pred + "}", config, parsing_timeout=None)
@@ -330,10 +441,7 @@ def _sympy_equal(gold, pred):
     a, b = g[0], p[0]
     if (_DECIMAL.search(gold) or _DECIMAL.search(pred)) and all(
             isinstance(x, sympy.Expr) and x.is_number for x in (a, b)):
-        x, y = sympy.N(a, 30), sympy.N(b, 30)  # two scalars, one a decimal: relative tolerance
-        if not (x.is_finite and y.is_finite):
-            return False
-        return bool(abs(x - y) <= sympy.Float(float(REL_TOL)) * max(abs(x), abs(y)))
+        return _relatively_close(a, b, REL_TOL)  # two scalars, one a decimal: relative tolerance
     # allow_set_relation_comp: "1 < x < 2" matches "(1,2)", as a human grader would have it
     return bool(math_verify.verify(g, p, float_rounding=6, allow_set_relation_comp=True,
                                    timeout_seconds=None))
@@ -434,13 +542,16 @@ def _serve():
 # -----------------------------------------------------------------------------
 
 
-def reward(response: str, gold: str) -> float:
-    """1.0 if the final answer of `response` is equivalent to `gold`, else 0.0. Never raises."""
+def reward(response: str, gold: str, require_box: bool = True) -> float:
+    """1.0 if the final answer of `response` is equivalent to `gold`, else 0.0. Never raises.
+
+    require_box=True (default): the paper's rule, only the last complete box is an answer.
+    require_box=False: a response without a box may answer after '####' or 'the answer is'."""
     try:
         if not isinstance(response, str) or not isinstance(gold, str):
             _warn_once("type", "response and gold must be str")
             return 0.0
-        pred = extract_answer(response)
+        pred = extract_answer(response, require_box)
         if pred is None:
             return 0.0  # no (complete) final answer: an ordinary wrong response
         g = _gold_answer(gold)

@@ -47,3 +47,21 @@ def llama(char_tok_a):
 def gpt2(char_tok_b):
     torch.manual_seed(0)
     return make_model("gpt2", char_tok_b, seed=1)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
+    """The two tiny random models saved as folders, for runs through --model-a / --model-b."""
+    root = tmp_path_factory.mktemp("models")
+    paths = []
+    for name, model, tok in (("a", llama, char_tok_a), ("b", gpt2, char_tok_b)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths.append(str(root / name))
+    return paths
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_ready():
+    """Build the warm-started tiny pair once (3-4 min of CPU on a fresh clone; instant when cached)."""
+    return pairs.tiny_pair()

@@ -22,7 +22,7 @@ import tasks
 from conftest import make_model
 
 
-def fake_reward(text, gold):
+def fake_reward(text, gold, require_box=True):
     return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
 
 
@@ -222,17 +222,6 @@ def test_no_balance_sends_every_candidate(policies, monkeypatch):
 
 # ---------------------------------------------------------------- runs: stored mode, resume
 
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
-    root = tmp_path_factory.mktemp("models")
-    paths = []
-    for name, model, tok in (("a", llama, char_tok_a), ("b", gpt2, char_tok_b)):
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        paths.append(str(root / name))
-    return paths
-
-
 def run(model_dirs, out, *flags):
     cfg = cfg_for("--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(out), "--ckpt-every", "1",
                   "--eval-every", "1", *flags)
@@ -257,9 +246,18 @@ def test_stored_mode_equals_the_online_step_on_the_same_peer_data(model_dirs, tm
 
 def test_stored_mode_names_the_step_when_the_log_does_not_line_up(model_dirs, tmp_path):
     run(model_dirs, tmp_path / "grpo", "--method", "grpo", "--steps", "1")
-    with pytest.raises(ValueError, match="step 0: the logged prompts"):
+    with pytest.raises(ValueError, match="seed: saved 0, now 7"):  # caught by the logged run's config.json
         run(model_dirs, tmp_path / "stored", "--method", "stored", "--steps", "1", "--seed", "7",
             "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))
+    log_path = tmp_path / "grpo" / "trajectories.jsonl"  # a log whose prompts were not this config's
+    original = log_path.read_text()
+    records = [json.loads(line) for line in original.splitlines()]
+    next(r for r in records if r["model"] == "a")["prompt_id"] = "not-a-prompt"  # B's peer, step 0
+    log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match="step 0: the logged prompts"):
+        run(model_dirs, tmp_path / "stored", "--method", "stored", "--steps", "1",
+            "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))
+    log_path.write_text(original)
     with pytest.raises(ValueError, match="at step 1"):
         run(model_dirs, tmp_path / "stored2", "--method", "stored", "--steps", "2",
             "--peer-log", str(tmp_path / "grpo" / "trajectories.jsonl"))

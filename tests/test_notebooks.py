@@ -55,14 +55,6 @@ def kernel_of_this_interpreter(tmp_path_factory):
         yield KERNEL
 
 
-@pytest.fixture(scope="session")
-def tiny_pair_ready():
-    """Build the tiny pair once (3-4 min of CPU on a fresh clone; instant when cached)."""
-    import pairs
-
-    return pairs.tiny_pair()
-
-
 def test_the_notebooks_are_all_there():
     assert [os.path.basename(p) for p in NOTEBOOKS] == EXPECTED
 

@@ -32,7 +32,7 @@ TEMPLATES = {  # different templates, so that each model's prompt shows which on
 }
 
 
-def fake_reward(text, gold):
+def fake_reward(text, gold, require_box=True):
     return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
 
 

@@ -58,9 +58,18 @@ EXTRACTION = [
     ("\\boxed{\\boxed{5}}", "5", "box inside a box"),
     ("\\boxed{\\begin{pmatrix}1\\\\2\\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
      "matrix row separator inside a box"),
+    ("#### 5 ... and finally \\boxed{6}", "6", "a box beats ####"),
+    ("The answer is 5. \\boxed{6} is what I got", "6", "a box beats 'the answer is'"),
+    ("I have no idea.", None, "no answer at all"),
+    ("", None, "empty response"),
+    (None, None, "not a string"),
+]
+
+# Without any box the paper's rule finds no answer; the lenient rule (require_box=False) looks
+# after '####', then after 'the answer is' / 'Answer:'. Expected: the lenient rule's answer.
+EXTRACTION_LENIENT = [
     ("She has 3 + 4 = 7 apples.\n#### 7", "7", "GSM8K ####"),
     ("#### 1,234\nsome trailing text", "1,234", "#### takes the rest of its line"),
-    ("#### 5 ... and finally \\boxed{6}", "6", "a box beats ####"),
     ("The answer is 4.\n#### 5", "5", "#### beats 'the answer is'"),
     ("#### Step 1: add\n3 + 4 = 7, so the answer is 7.", "7", "a markdown heading is not ####"),
     ("The answer is 42.", "42", "'the answer is', sentence period dropped"),
@@ -72,15 +81,22 @@ EXTRACTION = [
     ("**Answer:** 17", "17", "markdown bold 'Answer:'"),
     ("Answer:\n\n17", "17", "answer on the next line"),
     ("The answer is 3. Wait, no: the answer is 4.", "4", "the last 'answer is' wins"),
-    ("I have no idea.", None, "no answer at all"),
-    ("", None, "empty response"),
-    (None, None, "not a string"),
+    ("I have no idea.", None, "no answer at all, also when lenient"),
 ]
 
 
 @pytest.mark.parametrize("response, expected", [pytest.param(r, e, id=i) for r, e, i in EXTRACTION])
 def test_extract_answer(response, expected):
+    """A response with a box: the same answer under both rules."""
     assert extract_answer(response) == expected
+    assert extract_answer(response, require_box=False) == expected
+
+
+@pytest.mark.parametrize("response, expected", [pytest.param(r, e, id=i) for r, e, i in EXTRACTION_LENIENT])
+def test_extract_answer_without_a_box(response, expected):
+    """The paper's rule (the default) finds no answer without a box; the lenient rule does."""
+    assert extract_answer(response) is None
+    assert extract_answer(response, require_box=False) == expected
 
 
 # -----------------------------------------------------------------------------
@@ -92,8 +108,8 @@ ANSWER_CHOICE = [
     case("\\boxed{1} then \\boxed{2", "1", 0.0, "truncated last box scores 0, no fallback"),
     case("\\boxed{1} then \\boxed{2", "2", 0.0, "truncated last box scores 0 even if right"),
     case("\\boxed{}", "0", 0.0, "empty box scores 0"),
-    case("The answer is 12.", "12", 1.0, "no box: 'the answer is'"),
-    case("... \n#### 72", "72", 1.0, "no box: GSM8K ####"),
+    case("The answer is 12.", "12", 0.0, "paper rule: no box, no answer, even if 'the answer is' is right"),
+    case("... \n#### 72", "72", 0.0, "paper rule: no box, no answer, even after a right ####"),
     case("I think it's 12", "12", 0.0, "no recognisable final answer scores 0"),
     case("\\boxed{2} \\text{ or } \\boxed{3}", "2", 0.0, "hedging between two boxes is wrong"),
     case("\\boxed{2} and \\boxed{-3}", "-3, 2", 0.0, "only the last box counts, not a list spread over boxes"),
@@ -101,6 +117,20 @@ ANSWER_CHOICE = [
     case("\\boxed{{{{{{{{{{{{{{5}}}}}}}}}}}}}}", "5", 1.0, "redundant braces, however deep"),
 ]
 
+# require_box=False (--lenient-answers): a response without a box may answer in words or after ####
+LENIENT = [
+    case("The answer is 12.", "12", 1.0, "no box: 'the answer is'"),
+    case("... \n#### 72", "72", 1.0, "no box: GSM8K ####"),
+    case("Answer: 3/4", "0.75", 1.0, "no box: 'Answer:' and the usual equivalence"),
+    case("The answer is 13.", "12", 0.0, "no box, wrong answer"),
+    case("I think it's 12", "12", 0.0, "no recognisable final answer scores 0"),
+    case("#### 12 ... so \\boxed{13}", "12", 0.0, "a box beats ####, also when lenient"),
+    case("The answer is 12. \\boxed{1", "12", 0.0, "a truncated last box: no fallback, also when lenient"),
+    case("\\boxed{12}", "12", 1.0, "a box counts under both rules"),
+]
+
+# golds are reduced by their own (lenient) rule: a GSM8K gold after '####' needs no box, while
+# the response is held to the paper's rule (these run with the default require_box=True)
 GOLD = [
     case("\\boxed{0.6}", "We find $x = \\frac{3}{5}$, so the answer is $\\boxed{\\frac{3}{5}}$.", 1.0,
          "MATH solution gold reduced to its box"),
@@ -154,6 +184,25 @@ NUMBERS = [
     case("\\frac{1}{0}", "0.5", 0.0, "division by zero is not a number"),
     case("2^{10}", "1024", 1.0, "power evaluates"),
     case("10^{6}", "1000000", 1.0, "power of ten"),
+    # tiny values: every numeric comparison is relative, so it never collapses to 'both are ~0'
+    case("\\frac{1}{501!}", "\\frac{1}{500!}", 0.0, "1/501! is not 1/500! (both below 1e-1000)"),
+    case("\\frac{1}{500!}", "\\frac{1}{500!}", 1.0, "1/500! is itself"),
+    case("1/500!", "\\frac{1}{500!}", 1.0, "1/500!, two spellings"),
+    case("\\frac{1}{500 \\cdot 499!}", "\\frac{1}{500!}", 1.0, "1/500!, written as 1/(500 * 499!)"),
+    case("\\frac{1}{500!}", "0", 0.0, "a tiny value is not 0"),
+    case("10^{-401}", "10^{-400}", 0.0, "10^-401 is not 10^-400"),
+    case("10^{-400}", "10^{-400}", 1.0, "10^-400 is itself"),
+    case("0.1\\times10^{-399}", "10^{-400}", 1.0, "10^-400, in scientific notation"),
+    case("1+10^{-30}", "1", 0.0, "exact forms have no absolute tolerance either"),
+    # scientific notation in LaTeX and in programming e-notation
+    case("1.5e-4", "1.5\\times10^{-4}", 1.0, "e-notation vs times ten to the power"),
+    case("1.5e-4", "1.5 \\cdot 10^{-4}", 1.0, "e-notation vs cdot ten to the power"),
+    case("1.5\\times10^{-4}", "0.00015", 1.0, "times ten to the power vs the decimal"),
+    case("1.5E-4", "0.00015", 1.0, "capital E"),
+    case("1.6e-4", "1.5\\times10^{-4}", 0.0, "another mantissa"),
+    case("1.5e-5", "1.5\\times10^{-4}", 0.0, "another exponent"),
+    case("3\\times10^{2}", "300", 1.0, "an integer in scientific notation"),
+    case("-10^{3}", "-1000", 1.0, "minus ten to the power"),
 ]
 
 FORMATTING = [
@@ -183,6 +232,17 @@ FORMATTING = [
     case("k = 7", "7", 1.0, "other variable names"),
     case("x=4", "3", 0.0, "assignment of a wrong value"),
     case("10101_{2}", "10101_2", 1.0, "base subscript with or without braces"),
+    case("312_7", "312_4", 0.0, "the same digits in another base are another number"),
+    case("312_4", "312_4", 1.0, "the same numeral in the same base"),
+    case("312_{4}", "312_4", 1.0, "base 4 with braces"),
+    case("0312_4", "312_4", 1.0, "a leading zero in base 4"),
+    case("313_4", "312_4", 0.0, "another digit in base 4"),
+    case("312", "312_4", 1.0, "bare digits are read in the gold's base"),
+    case("312_4", "312", 1.0, "bare gold digits are read in the response's base"),
+    case("54", "312_4", 0.0, "the base-ten value (3*16+1*4+2 = 54) is not the numeral asked for"),
+    case("1A_{16}", "1a_{16}", 1.0, "hexadecimal digits in any case"),
+    case("x_1", "x_2", 0.0, "a variable's index is not a base"),
+    case("x_1", "x_1", 1.0, "a variable with an index is itself"),
 ]
 
 STRUCTURES = [
@@ -218,6 +278,12 @@ STRUCTURES = [
     case("\\begin{pmatrix}0.5&0\\\\0&1\\end{pmatrix}", "\\begin{pmatrix}\\frac12&0\\\\0&1\\end{pmatrix}",
          1.0, "matrix entries: decimal vs fraction"),
     case("\\emptyset", "\\varnothing", 1.0, "empty set spellings"),
+    case("(10^{-401}, 1)", "(10^{-400}, 1)", 0.0, "tiny values inside a tuple stay apart"),
+    case("(\\frac{1}{501!}, 1)", "(\\frac{1}{500!}, 1)", 0.0, "tiny exact values inside a tuple stay apart"),
+    case("(\\frac{1}{500!}, 1)", "(\\frac{1}{500!}, 1)", 1.0, "the same tuple of tiny values"),
+    case("(0.0000001, 1)", "(0.0000002, 1)", 0.0, "decimals inside a tuple: relative, not rounded to 6 places"),
+    case("(0.3333333, 1)", "(\\frac13, 1)", 1.0, "decimals inside a tuple within 1e-6 relative"),
+    case("(1.5e-4, 2)", "(1.5\\times10^{-4}, 2)", 1.0, "e-notation inside a tuple"),
 ]
 
 EXPRESSIONS = [
@@ -235,6 +301,8 @@ EXPRESSIONS = [
     case("x^2+1", "1+x^2", 1.0, "commuted polynomial"),
     case("x^2 - 4x + 4", "(x-2)^2", 1.0, "expanded vs factored"),
     case("x^2+2", "x^2+1", 0.0, "different polynomial"),
+    case("\\frac{x}{501!}", "\\frac{x}{500!}", 0.0, "tiny exact coefficients stay apart"),
+    case("\\sqrt{5+2\\sqrt{6}}", "\\sqrt{2}+\\sqrt{3}", 1.0, "a nested radical equals its denested form"),
     case("\\frac{3}{2}x", "1.5x", 1.0, "decimal coefficient"),
     case("y = 2x + 3", "y=2x+3", 1.0, "line equation"),
     case("y = 3 + 2x", "y=2x+3", 1.0, "line equation, reordered"),
@@ -274,6 +342,11 @@ CHOICES_AND_TEXT = [
 @check(ANSWER_CHOICE + GOLD)
 def test_answer_and_gold(pred, gold, expected):
     assert reward(pred, gold) == expected
+
+
+@check(LENIENT)
+def test_lenient_answers(pred, gold, expected):
+    assert reward(pred, gold, require_box=False) == expected
 
 
 @check(NUMBERS + FORMATTING + STRUCTURES + EXPRESSIONS + CHOICES_AND_TEXT)

@@ -1,0 +1,249 @@
+"""Tests for reusing run folders: --resume compares config.json with the new settings and refuses
+other ones by name, stored mode checks the logged run's settings, reproduce.py reuses a run only
+with its own settings, and a CLI run killed with SIGKILL resumes to exactly the uninterrupted run.
+
+In-process runs use the tiny random models and the hash reward of test_loop.py; the kill test
+runs the real CLI on the warm-started tiny pair with the real verifier."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+
+import pytest
+import torch
+
+import graft_min
+import reproduce
+import runlog
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fake_reward(text, gold, require_box=True):
+    return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
+
+
+@pytest.fixture(autouse=True)
+def deterministic_reward(monkeypatch):
+    monkeypatch.setattr(graft_min, "reward", fake_reward)
+
+
+def run(model_dirs, out, *flags):
+    cfg = graft_min.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
+                                "--eval-problems", "2", "--eval-samples", "1", "--ckpt-every", "1", "--eval-every",
+                                "1", "--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(out), *flags])
+    return graft_min.run(cfg, cfg.method, str(out))
+
+
+def differing_keys(error):
+    """The keys an error message lists, one '  key: saved X, now Y' line each."""
+    return {line.split(":")[0].strip() for line in str(error).splitlines() if line.startswith("  ")}
+
+
+def folder_bytes(out):
+    return {name: (out / name).read_bytes() for name in sorted(os.listdir(out))}
+
+
+# ---------------------------------------------------------------- comparing configs
+
+def test_config_differences_name_each_key_with_both_values():
+    saved = {"lr": 1e-3, "n": 8, "eval_data": ["x=1"], "out": "runs/a", "old_flag": True}
+    new = {"lr": 2e-3, "n": 8, "eval_data": ("x=1",), "out": "runs/b", "new_flag": 0}
+    # a tuple equals the list JSON stored; a key only one side has is shown as MISSING there
+    assert runlog.config_differences(saved, new, ignore=("out",)) == [
+        ("lr", 1e-3, 2e-3), ("new_flag", runlog.MISSING, 0), ("old_flag", True, runlog.MISSING)]
+    assert runlog.config_differences(saved, new, keys=("n", "eval_data")) == []
+    with pytest.raises(runlog.ConfigMismatch, match="lr: saved 0.001, now 0.002"):
+        runlog.check_config(saved, new, "runs/a/config.json", "fix it", ignore=("out",))
+
+
+# ---------------------------------------------------------------- --resume
+
+def test_resume_refuses_other_settings_and_names_each_key(model_dirs, tmp_path):
+    out = tmp_path / "run"
+    run(model_dirs, out, "--method", "graft", "--steps", "1")
+    before = folder_bytes(out)
+    with pytest.raises(runlog.ConfigMismatch) as e:
+        run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume", "--lr", "2e-3", "--n", "2", "--no-gate")
+    assert differing_keys(e.value) == {"method", "lr", "n", "no_gate"}  # --steps may change: not listed
+    for line in ('method: saved "graft", now "grpo"', "lr: saved 0.001, now 0.002", "n: saved 4, now 2",
+                 "no_gate: saved false, now true"):
+        assert line in str(e.value)
+    assert "another folder (--out)" in str(e.value)  # and how to fix it
+    assert folder_bytes(out) == before  # refused before touching anything
+
+
+def test_resume_may_extend_and_change_cadence_but_not_end_before_its_checkpoint(model_dirs, tmp_path):
+    out = tmp_path / "run"
+    run(model_dirs, out, "--method", "graft", "--steps", "2")
+    with pytest.raises(runlog.ConfigMismatch, match="checkpoint is at step 2, after the 1 steps asked for; give "
+                                                    "--steps 2 or more"):
+        run(model_dirs, out, "--method", "graft", "--steps", "1", "--resume")
+    run(model_dirs, out, "--method", "graft", "--steps", "3", "--resume", "--eval-every", "2", "--ckpt-every", "2")
+    metrics = runlog.read_jsonl(out / "metrics.jsonl")
+    assert [(m["step"], m["model"]) for m in metrics] == [(s, m) for s in range(3) for m in "ab"]
+    # evaluated every step up to 2, then at the end (3; 3 is not a multiple of the new --eval-every 2)
+    assert [e["step"] for e in runlog.read_jsonl(out / "evals.jsonl")] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_step"] == 3
+
+
+def test_resume_pins_the_thread_count(model_dirs, tmp_path):
+    out, threads = tmp_path / "run", torch.get_num_threads()
+    try:
+        run(model_dirs, out, "--method", "grpo", "--steps", "1", "--threads", "1")
+        assert runlog.read_json(out / "config.json")["threads"] == 1
+        with pytest.raises(runlog.ConfigMismatch, match="threads: saved 1, now 2"):
+            run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume", "--threads", "2")
+        torch.set_num_threads(2)
+        run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume")  # no --threads: the saved count
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_resume_refuses_a_checkpoint_without_its_config(model_dirs, tmp_path):
+    out = tmp_path / "run"
+    run(model_dirs, out, "--method", "grpo", "--steps", "1")
+    os.remove(out / "config.json")
+    with pytest.raises(runlog.ConfigMismatch, match="has a checkpoint but no config.json"):
+        run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume")
+
+
+# ---------------------------------------------------------------- stored mode
+
+@pytest.fixture(scope="module")
+def grpo_log(model_dirs, tmp_path_factory):
+    """A one-step GRPO run whose trajectories.jsonl is the stored peer."""
+    out = tmp_path_factory.mktemp("grpo") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graft_min, "reward", fake_reward)
+        run(model_dirs, out, "--method", "grpo", "--steps", "1")
+    return out
+
+
+@pytest.mark.parametrize("flags, key", [
+    (["--temperature", "0.7"], "temperature"),
+    (["--n", "2"], "n"),
+    (["--max-new-tokens", "5"], "max_new_tokens"),
+    (["--seed", "3"], "seed"),
+    (["--world-seed", "1"], "world_seed"),
+    (["--prompts-per-step", "3"], "prompts_per_step"),
+    (["--plain-prompt"], "plain_prompt"),
+    (["--model-a", "B"], "model_paths.a"),  # B's folder where the log has A's: not the logged peer
+])
+def test_stored_mode_refuses_a_log_sampled_with_other_settings(model_dirs, grpo_log, tmp_path, flags, key):
+    flags = [model_dirs[1] if f == "B" else f for f in flags]
+    with pytest.raises(runlog.ConfigMismatch) as e:
+        run(model_dirs, tmp_path / "stored", "--method", "stored", "--train", "b", "--steps", "1",
+            "--peer-log", str(grpo_log / "trajectories.jsonl"), *flags)
+    assert differing_keys(e.value) == {key}
+    assert str(e.value).startswith(str(grpo_log / "config.json"))
+
+
+def test_stored_mode_accepts_a_log_with_other_training_settings(model_dirs, grpo_log, tmp_path):
+    """The peer's own optimisation (lr, delta, ...) is its business: only how it sampled must agree."""
+    summary = run(model_dirs, tmp_path / "stored", "--method", "stored", "--train", "b", "--steps", "1",
+                  "--lr", "5e-4", "--delta", "0.5", "--peer-log", str(grpo_log / "trajectories.jsonl"))
+    assert set(summary["models"]) == {"b"}
+
+
+def test_stored_mode_needs_the_logged_runs_config(model_dirs, tmp_path):
+    peer_log = tmp_path / "elsewhere" / "trajectories.jsonl"
+    peer_log.parent.mkdir()
+    peer_log.write_text("")
+    with pytest.raises(runlog.ConfigMismatch, match="config.json: not found"):
+        run(model_dirs, tmp_path / "stored", "--method", "stored", "--steps", "1", "--peer-log", str(peer_log))
+
+
+# ---------------------------------------------------------------- reproduce.py
+
+class Started(Exception):
+    """Raised by the stand-in for run_parallel: reproduce.py got as far as running its jobs."""
+
+
+def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(graft_min, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    started = []
+
+    def stop(jobs, workers):
+        started.append(jobs)
+        raise Started
+    monkeypatch.setattr(graft_min, "run_parallel", stop)
+    root = tmp_path / "reproduce"
+    # a finished 100-step GRPO run of seed 0, as `python reproduce.py --seeds 0` leaves it
+    (cfg, method, out), = reproduce.jobs_for(["grpo"], [0], ["--steps", "100", "--eval-every", "100",
+                                                             "--threads", "1"], str(root))
+    os.makedirs(out)
+    runlog.write_json(os.path.join(out, "config.json"), graft_min.run_config(cfg, method))
+    open(os.path.join(out, "checkpoint.pt"), "w").close()
+    argv = ["--seeds", "0", "--root", str(root), "--results", str(tmp_path / "results")]
+
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(argv + ["--steps", "20"])
+    assert "steps: saved 100, now 20" in str(e.value) and "eval_every: saved 100, now 20" in str(e.value)
+    assert differing_keys(e.value) == {"steps", "eval_every"}
+    assert started == []  # nothing ran
+    with pytest.raises(Started):  # the same settings: the folder is reused
+        reproduce.main(argv + ["--steps", "100"])
+    assert out in [o for _, _, o in started[0]]
+
+
+# ---------------------------------------------------------------- kill -9
+
+KILL_FLAGS = ["--pair", "tiny", "--method", "graft", "--steps", "6", "--prompts-per-step", "8", "--n", "4",
+              "--eval-every", "3", "--eval-problems", "8", "--eval-samples", "1", "--ckpt-every", "1", "--threads", "1"]
+
+
+def cli(out, *extra):
+    """`python graft_min.py ...` in a child process, its output in out.log."""
+    with open(f"{out}.log", "a") as log:
+        return subprocess.Popen([sys.executable, "graft_min.py", *KILL_FLAGS, "--out", str(out), *extra], cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def logged_steps(path):
+    """Steps of the complete lines of a JSONL log that a live process is appending to."""
+    steps = []
+    if os.path.exists(path):
+        for line in open(path):
+            if line.endswith("\n"):
+                steps.append(json.loads(line)["step"])
+    return steps
+
+
+def without(records, key):
+    return [{k: v for k, v in r.items() if k != key} for r in records]
+
+
+def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_run(tiny_pair_ready, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert cli(full).wait(timeout=600) == 0, (tmp_path / "full.log").read_text()[-3000:]
+
+    proc, deadline = cli(part), time.monotonic() + 600
+    while not any(s >= 1 for s in logged_steps(part / "metrics.jsonl")):  # step 1 is being logged: kill now
+        assert proc.poll() is None, (tmp_path / "part.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no step 1 within 10 minutes"
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before the kill: give it more --steps"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    killed_at = torch.load(part / "checkpoint.pt", weights_only=False)["next_step"]
+    assert 1 <= killed_at < 6 and not (part / "summary.json").exists()
+    assert max(logged_steps(part / "metrics.jsonl")) >= killed_at  # logged past the checkpoint: to be cut
+
+    assert cli(part, "--resume").wait(timeout=600) == 0, (tmp_path / "part.log").read_text()[-3000:]
+    assert f"at step {killed_at}" in (tmp_path / "part.log").read_text()
+    read = runlog.read_jsonl
+    assert without(read(part / "metrics.jsonl"), "seconds") == without(read(full / "metrics.jsonl"), "seconds")
+    assert read(part / "trajectories.jsonl") == read(full / "trajectories.jsonl")
+    assert read(part / "evals.jsonl") == read(full / "evals.jsonl")
+    summary = {d: runlog.read_json(d / "summary.json") for d in (part, full)}
+    assert summary[part].pop("wall_seconds") > 0 and summary[full].pop("wall_seconds") > 0
+    assert summary[part] == summary[full]
+    # the run exercised the whole step: real rewards, and peer groups exchanged (in seed 0: 3 each way)
+    assert any(m["reward_mean"] > 0 for m in read(full / "metrics.jsonl"))
+    assert all(m["groups_exchanged"] > 0 for m in summary[full]["models"].values())
