@@ -106,11 +106,12 @@ class TinySpec:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-TINY = (  # the same recipe for both, mirrored: 72% of the warm-start on the strong family, 28% on the weak one
-    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.72, "add": 0.28},
-             steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1),
-    TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix={"add": 0.72, "mul": 0.28},
-             steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2),
+TINY = (  # mirrored recipes: both families half of the warm-start; a noisy teacher on each family (TinySpec.habits)
+    # makes 85% of the weak family's traces and 25% of the strong family's carry the wrong habit
+    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
+             habits={"add": 0.85, "mul": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1),
+    TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
+             habits={"mul": 0.85, "add": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2),
 )
 
 

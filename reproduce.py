@@ -7,11 +7,13 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # ~54 min on 2 cores (+3 to warm-start)
+    python reproduce.py                                          # ~70 min on 2 cores (+3 to warm-start)
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
-final held-out pass@1 per model and family, and deltas vs GRPO (n)) and the plots next to them.
+final held-out pass@1 per model and family, and deltas vs GRPO (n)), results/headline.md (the
+README's table), results/accuracy_seeds.png (held-out accuracy over training, seed spread as a
+band) and seed 0's plots next to them.
 Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there is reused
 (resumed, or taken as it is when finished) only if its config.json holds exactly this
 reproduction's settings; otherwise nothing runs and the error names each differing setting
@@ -26,6 +28,7 @@ import statistics
 import sys
 
 import graft_min
+import pairs
 import plots
 import runlog
 
@@ -83,6 +86,13 @@ def check_reuse(jobs):
 
 
 STATS = ("all_fail_share", "groups_exchanged", "responses_admitted", "clip_self", "clip_peer")
+FIRST_LAST = ("all_fail_first_last", "train_reward_first_last", "train_all_fail_first_last")
+
+
+def weak_family(model):
+    """The family a tiny model was taught mostly the wrong habit on (pairs.TINY): its weak one."""
+    habits = pairs.TINY["ab".index(model)].habits
+    return max(habits, key=habits.get)
 
 
 def collect(root, seeds_of):
@@ -98,6 +108,8 @@ def collect(root, seeds_of):
                 row = table.setdefault(variant, {}).setdefault(m, {})
                 for key, value in list(s["end"].items()) + [(k, s[k] or 0.0) for k in STATS]:
                     row.setdefault(key, {})[seed] = value
+                for key in ("all_fail_first_last", "train_reward_first_last", "train_all_fail_first_last"):
+                    row.setdefault(key, {})[seed] = s[key]
                 if variant == "grpo":  # every variant of a seed starts from the same weights and evaluation
                     for key, value in s["start"].items():
                         table.setdefault("start", {}).setdefault(m, {}).setdefault(key, {})[seed] = value
@@ -111,16 +123,16 @@ def mean_std(xs):
 
 def write_results(table, seeds_of, args, out_dir, wall):
     """results/tiny_results.md and .json; every delta compares runs of the same seeds."""
-    fams = sorted(k for k in table["grpo"]["a"] if k not in STATS and k != "mean")
+    fams = sorted(k for k in table["grpo"]["a"] if k not in STATS + FIRST_LAST and k != "mean")
     command = " ".join(["python reproduce.py", *args.argv])
     lines = [f"### Tiny-pair results ({args.steps} steps per run)", "",
              f"Written by `{command}`. Final held-out pass@1 (T 0.6, top-p 0.95), mean +- std over seeds; in",
              "brackets the change vs GRPO (n) on the same seeds. Clip columns: share of clipped tokens (%).",
              "The start row is the same models before RL, evaluated with each seed's sampling.", ""]
     for m in ("a", "b"):
-        lines += [f"#### Model {m.upper()}", "",
-                  "| variant | seeds | " + " | ".join(fams) + " | mean | all-fail share | groups received | "
-                  "clip self % | clip peer % |", "|---|---|" + "---|" * (len(fams) + 5)]
+        lines += [f"#### Model {m.upper()} (weak family: {weak_family(m)})", "",
+                  "| variant | seeds | " + " | ".join(fams) + " | mean | all-fail share, first -> last 20% of steps | "
+                  "groups received | clip self % | clip peer % |", "|---|---|" + "---|" * (len(fams) + 5)]
         start = [f"{mu:.3f} +- {sd:.3f}" for mu, sd in
                  (mean_std(table["start"][m][fam][s] for s in seeds_of["grpo"]) for fam in fams + ["mean"])]
         lines.append(f"| start (warm-start, before RL) | {len(seeds_of['grpo'])} | " + " | ".join(start) + " | | | | |")
@@ -133,7 +145,8 @@ def write_results(table, seeds_of, args, out_dir, wall):
                 mu, sd = mean_std(row[fam][s] for s in seeds)
                 base = statistics.mean(table["grpo"][m][fam][s] for s in seeds)
                 cells.append(f"{mu:.3f} +- {sd:.3f}" + ("" if variant == "grpo" else f" ({mu - base:+.3f})"))
-            cells += [f"{statistics.mean(row['all_fail_share'].values()):.3f}",
+            first, last = (statistics.mean(v[i] for v in row["all_fail_first_last"].values()) for i in (0, 1))
+            cells += [f"{first:.3f} -> {last:.3f}",
                       f"{statistics.mean(row['groups_exchanged'].values()):.0f}",
                       f"{100 * statistics.mean(row['clip_self'].values()):.2f}",
                       f"{100 * statistics.mean(row['clip_peer'].values()):.2f}"]
@@ -144,12 +157,30 @@ def write_results(table, seeds_of, args, out_dir, wall):
         seeds = seeds_of[variant]
         return statistics.mean(table[variant][m]["mean"][s] - table["grpo"][m]["mean"][s] for s in seeds)
 
+    def fam_gain(variant, base, m, fam):  # mean over seeds of variant - base on one family
+        return statistics.mean(table[variant][m][fam][s] - table[base][m][fam][s] for s in seeds_of[variant])
+
+    lines += ["#### Training reward (T = 1) per family, first -> last 20% of steps, mean over seeds", "",
+              "| variant | model | " + " | ".join(fams) + " |", "|---|---|" + "---|" * len(fams)]
+    for variant in ("grpo", "grpo_2n", "graft"):
+        for m in "ab":
+            cells = [" -> ".join(f"{statistics.mean(v[fam][i] for v in table[variant][m]['train_reward_first_last'].values()):.3f}"
+                                 for i in (0, 1)) for fam in fams]
+            lines.append(f"| {LABELS[variant]} | {m.upper()} | " + " | ".join(cells) + " |")
+    lines.append("")
     online = {m: gain("graft", m) for m in "ab"}
     stored = {m: gain(f"stored_{m}", m) for m in "ab"}
     total_online, total_stored = sum(online.values()), sum(stored.values())
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
+    weak = {m: weak_family(m) for m in "ab"}
     lines += ["#### Summary", "",
+              "- GRPO (n) - start, weak family: " + ", ".join(
+                  f"{m.upper()} ({weak[m]}) {fam_gain('grpo', 'start', m, weak[m]):+.3f}" for m in "ab") + ".",
+              "- GRAFT - GRPO (n), weak family: " + ", ".join(
+                  f"{m.upper()} ({weak[m]}) {fam_gain('graft', 'grpo', m, weak[m]):+.3f}" for m in "ab") +
+              "; GRAFT - GRPO (2n): " + ", ".join(
+                  f"{m.upper()} {fam_gain('graft', 'grpo_2n', m, weak[m]):+.3f}" for m in "ab") + ".",
               f"- GRAFT - GRPO (n), held-out mean over both families: A {online['a']:+.3f}, B {online['b']:+.3f} "
               "(paper: +2.11 points on average).",
               f"- stored-peer GRAFT - GRPO (n): A {stored['a']:+.3f}, B {stored['b']:+.3f}; {kept}.",
@@ -160,6 +191,16 @@ def write_results(table, seeds_of, args, out_dir, wall):
     with open(md + ".tmp", "w") as f:
         f.write("\n".join(lines))
     os.replace(md + ".tmp", md)
+    headline = ["| model | family | start | GRPO (n) | GRPO (2n) | GRAFT | GRAFT - GRPO (n) |", "|---|---|---|---|---|---|---|"]
+    for m in "ab":
+        for fam in fams:
+            cells = [f"{statistics.mean(table[v][m][fam][s] for s in seeds_of['grpo']):.3f}"
+                     for v in ("start", "grpo", "grpo_2n", "graft")]
+            label = fam + (" (weak)" if fam == weak[m] else "")
+            headline.append(f"| {m.upper()} | {label} | " + " | ".join(cells) + f" | {fam_gain('graft', 'grpo', m, fam):+.3f} |")
+    with open(os.path.join(out_dir, "headline.md.tmp"), "w") as f:
+        f.write("\n".join(headline) + "\n")
+    os.replace(os.path.join(out_dir, "headline.md.tmp"), os.path.join(out_dir, "headline.md"))
     runlog.write_json(os.path.join(out_dir, "tiny_results.json"),
                       {"command": command, "steps": args.steps, "seeds": seeds_of, "table": table,
                        "graft_gain": online, "stored_gain": stored})
@@ -169,16 +210,17 @@ def write_results(table, seeds_of, args, out_dir, wall):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Reproduce the paper's tables in the tiny world.")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (every variant runs each)")
+    p.add_argument("--steps", type=int, default=graft_min.PRESETS["tiny"]["steps"],
+                   help="steps per run (default: the tiny preset's, as the main job)")
     p.add_argument("--eval-every", type=int, default=None,
-                   help="held-out evaluation every K steps (default: at the start and the end only)")
-    p.add_argument("--steps", type=int, default=100,
-                   help="steps per run (the main job runs 120; 100 fits 27 runs into an hour on 2 cores)")
+                   help="held-out evaluation every K steps (default: the tiny preset's, at least 4 times a run)")
     p.add_argument("--root", default=os.path.join("runs", "reproduce"), help="where the run folders go")
     p.add_argument("--results", default="results", help="where the tables and plots go")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
     args = p.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
-    flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every or args.steps), "--threads", "1"]
+    args.eval_every = args.eval_every or min(graft_min.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
+    flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
     graft_min.model_paths(graft_min.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
     online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
     stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
@@ -188,6 +230,11 @@ def main(argv=None):
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall))
+    bands = os.path.join(args.results, "accuracy_seeds.png")
+    plots.plot_seed_bands({LABELS[v]: {s: runlog.read_jsonl(os.path.join(args.root, f"seed{s}", v, "evals.jsonl"))
+                                       for s in args.seeds} for v in ("grpo", "grpo_2n", "graft")}, bands,
+                          f"Held-out pass@1 (T 0.6) over training, mean +- std over seeds {args.seeds}")
+    print(bands)
     s0 = os.path.join(args.root, f"seed{args.seeds[0]}")
     for path in plots.plot_runs([os.path.join(s0, "grpo"), os.path.join(s0, "graft")], args.results):
         print(path)

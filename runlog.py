@@ -175,8 +175,15 @@ def load_checkpoint(path):
         raise ValueError(f"{path}: cannot read the checkpoint ({e}); delete it to start over") from e
 
 
+def first_last(ms, value, share=0.2):
+    """(mean of value(m) over the first `share` of the steps in ms, the same over the last share)."""
+    k = max(1, round(share * len(ms)))
+    return sum(map(value, ms[:k])) / k, sum(map(value, ms[-k:])) / k
+
+
 def summarize(out, wall):
-    """Per model: held-out accuracy at start / end / best, and the run's exchange statistics."""
+    """Per model: held-out accuracy at start / end / best, the run's exchange statistics, and how
+    training moved: all-fail share and T = 1 training reward per family, first vs last 20% of steps."""
     metrics = read_jsonl(os.path.join(out, "metrics.jsonl"))
     evals = read_jsonl(os.path.join(out, "evals.jsonl"))
     summary = {"wall_seconds": round(wall, 1), "models": {}}
@@ -196,5 +203,10 @@ def summarize(out, wall):
             "clip_self": sum(m["clip_self"] * m["tokens_self"] for m in ms) / max(1, sum(m["tokens_self"] for m in ms)),
             "clip_peer": sum(m["clip_peer"] * m["tokens_peer"] for m in ms) / max(1, sum(m["tokens_peer"] for m in ms)),
             "skipped_updates": sum(m["skipped_updates"] for m in ms),
+            "all_fail_first_last": first_last(ms, lambda m: m["all_fail_share"]),
+            "train_reward_first_last": {f: first_last(ms, lambda m: m["families"][f]["reward"])
+                                        for f in sorted(ms[0]["families"])},
+            "train_all_fail_first_last": {f: first_last(ms, lambda m: m["families"][f]["all_fail"])
+                                          for f in sorted(ms[0]["families"])},
         }
     return summary

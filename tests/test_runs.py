@@ -5,6 +5,7 @@ with its own settings, and a CLI run killed with SIGKILL resumes to exactly the 
 In-process runs use the tiny random models and the hash reward of test_loop.py; the kill test
 runs the real CLI on the warm-started tiny pair with the real verifier."""
 
+import argparse
 import json
 import os
 import signal
@@ -247,3 +248,44 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_run(tiny_pair_ready,
     # the run exercised the whole step: real rewards, and peer groups exchanged (in seed 0: 3 each way)
     assert any(m["reward_mean"] > 0 for m in read(full / "metrics.jsonl"))
     assert all(m["groups_exchanged"] > 0 for m in summary[full]["models"].values())
+
+
+def test_first_last_means_the_first_and_last_fifth_of_the_steps():
+    ms = [{"x": float(i)} for i in range(10)]
+    assert runlog.first_last(ms, lambda m: m["x"]) == (0.5, 8.5)  # steps 0-1 and 8-9
+    assert runlog.first_last(ms[:3], lambda m: m["x"]) == (0.0, 2.0)  # at least one step each
+
+
+def _summary(start, end, all_fail, reward):
+    """A run summary as runlog.summarize writes it; start / end: {family: pass@1} for both models."""
+    model = lambda m: {"start": {**start[m], "mean": sum(start[m].values()) / 2},  # noqa: E731
+                       "end": {**end[m], "mean": sum(end[m].values()) / 2},
+                       "all_fail_share": 0.5, "groups_exchanged": 10, "responses_admitted": 60, "clip_self": 0.001,
+                       "clip_peer": 0.002, "all_fail_first_last": all_fail,
+                       "train_reward_first_last": {"add": reward, "mul": reward},
+                       "train_all_fail_first_last": {"add": all_fail, "mul": all_fail}}
+    return {"wall_seconds": 60.0, "models": {"a": model("a"), "b": model("b")}}
+
+
+def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
+    start = {"a": {"add": 0.10, "mul": 0.50}, "b": {"add": 0.70, "mul": 0.05}}
+    root = tmp_path / "runs"
+    for seed, bump in ((0, 0.0), (1, 0.02)):
+        for variant in reproduce.VARIANTS:
+            gain = {"grpo": 0.05, "grpo_2n": 0.07, "graft": 0.09}.get(variant, 0.06) + bump
+            end = {m: {f: v + gain for f, v in fams.items()} for m, fams in start.items()}
+            runlog.write_json(str(root / f"seed{seed}" / variant / "summary.json"),
+                              _summary(start, end, (0.8, 0.6 - bump), (0.1, 0.2)))
+    seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
+    table, wall = reproduce.collect(str(root), seeds_of)
+    args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2)
+    text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall)
+    # weak families from pairs.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
+    assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
+    assert "- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020." in text
+    assert "| GRAFT | 2 | 0.200 +- 0.014 (+0.040) | 0.600 +- 0.014 (+0.040) |" in text  # A: 0.10 + 0.09 / 0.11
+    assert "| 0.800 -> 0.590 |" in text  # all-fail share, first -> last, mean over seeds
+    assert "| GRPO (n) | A | 0.100 -> 0.200 | 0.100 -> 0.200 |" in text
+    headline = (tmp_path / "results" / "headline.md").read_text()
+    assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.200 | +0.040 |" in headline
+    assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.150 | +0.040 |" in headline
