@@ -559,18 +559,26 @@ def compare(cfg):
 
 
 def print_table(results):
+    """The main job's report: held-out pass@1 at the start and end, the training reward (T = 1) and
+    all-fail share in the first and last 20% of the steps, and what the exchange did."""
     fams = [f for f in results["grpo"]["models"]["a"]["start"] if f != "mean"]
     head = "model  " + "  ".join(f"{f + ' ' + c:>14s}" for f in fams for c in ("start", "GRPO", "GRAFT"))
-    print("\nheld-out pass@1 (end of training)\n" + head)
+    print("\nheld-out pass@1 (T 0.6), start and end of training\n" + head)
     for name in ("a", "b"):
         g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
         print(f"{name:5s}  " + "  ".join(f"{x:14.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
-    print(f"\n{'model':5s} {'method':6s} {'all-fail':>9s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
+    print("\ntraining reward (T = 1) and all-fail share per family, first -> last 20% of steps\nmodel  method " +
+          "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in fams))
+    for method, res in results.items():
+        for name, m in res["models"].items():
+            cells = [m["train_reward_first_last"][fam] for fam in fams] + [m["train_all_fail_first_last"][fam] for fam in fams]
+            print(f"{name:5s}  {method:6s} " + "  ".join(f"{a:6.3f} -> {b:.3f}" for a, b in cells))
+    print(f"\n{'model':5s} {'method':6s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
           f"{'clip self':>10s} {'clip peer':>10s} {'wall s':>7s}")
     for method, res in results.items():
         for name, m in res["models"].items():
             w = f"{m['mean_w']:.3f}" if m["mean_w"] is not None else "-"
-            print(f"{name:5s} {method:6s} {m['all_fail_share']:9.3f} {m['groups_exchanged']:10d} {m['responses_admitted']:9d} "
+            print(f"{name:5s} {method:6s} {m['groups_exchanged']:10d} {m['responses_admitted']:9d} "
                   f"{w:>7s} {m['clip_self']:10.4f} {m['clip_peer']:10.4f} {res['wall_seconds']:7.0f}")
 
 
