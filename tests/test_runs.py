@@ -289,3 +289,19 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
     headline = (tmp_path / "results" / "headline.md").read_text()
     assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.200 | +0.040 |" in headline
     assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.150 | +0.040 |" in headline
+
+
+def test_main_job_table_shows_start_end_and_first_last(capsys):
+    start = {"a": {"add": 0.10, "mul": 0.50}, "b": {"add": 0.70, "mul": 0.05}}
+    end = {m: {f: v + 0.1 for f, v in fams.items()} for m, fams in start.items()}
+    results = {}
+    for method in ("grpo", "graft"):
+        results[method] = _summary(start, end, (0.8, 0.6), (0.1, 0.25))
+        for m in "ab":
+            results[method]["models"][m]["mean_w"] = 0.9 if method == "graft" else None
+    graft_min.print_table(results)
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index("model       add start        add GRPO       add GRAFT       mul start        mul GRPO       mul GRAFT") + 1].split() == \
+        ["a", "0.100", "0.200", "0.200", "0.500", "0.600", "0.600"]
+    assert "a      grpo    0.100 -> 0.250   0.100 -> 0.250   0.800 -> 0.600   0.800 -> 0.600" in out
+    assert any(line.split() == ["b", "graft", "10", "60", "0.900", "0.0010", "0.0020", "60"] for line in out)
