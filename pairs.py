@@ -17,7 +17,8 @@ The model pairs (paper Sec. 5.1): where the two policies A and B come from.
     downloads it. Real-GPU helpers: bf16 autocast over fp32 master weights, gradient checkpointing.
 
     python pairs.py tiny --report    prints the world's report after warm-start: per model and
-            family, held-out pass@1 (T = 1, n = 8) and all-fail share, and per direction the
+            family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples that are
+            exactly the family's wrong-habit trace, and per direction the
             share of the receiver's all-fail prompts where the peer's group is mixed (Eq. 4's
             candidates) and how many of those peer responses pass the gate (Eq. 8).
 """
@@ -349,19 +350,23 @@ def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed
     problems = [p for fam in sorted(world.heldout) for p in world.heldout[fam]]
     policies = [load_policy(p) for p in paths]
     names = [os.path.basename(p) for p in paths]
-    k, rollouts = [], []
+    k, rollouts, habits = [], [], []
     for i, (model, tok) in enumerate(policies):
         torch.manual_seed(seed * 1000 + i)
         ro = sample_groups(model, tok, [tasks.encode_prompt(tok, p) for p in problems], n, max_new_tokens, temperature)
         r = torch.tensor([reward(t, problems[j // n].answer) for j, t in enumerate(ro.texts)]).view(-1, n)
         k.append(r.sum(1).long())  # [P] successes per held-out prompt
         rollouts.append(ro)
+        habits.append([t == problems[j // n].habit for j, t in enumerate(ro.texts)])  # [P * n] the wrong habit, exactly
     report = {"models": {}, "directions": {}}
     for i, name in enumerate(names):
         report["models"][name] = {}
         for fam in sorted(world.heldout):
-            kk = torch.stack([k[i][j] for j, p in enumerate(problems) if p.family == fam]).float()
-            report["models"][name][fam] = {"pass@1": float(kk.mean() / n), "all_fail": float((kk == 0).float().mean())}
+            rows = [j for j, p in enumerate(problems) if p.family == fam]
+            kk = torch.stack([k[i][j] for j in rows]).float()
+            habit = sum(habits[i][j * n + s] for j in rows for s in range(n)) / (n * len(rows))
+            report["models"][name][fam] = {"pass@1": float(kk.mean() / n), "all_fail": float((kk == 0).float().mean()),
+                                           "habit": habit}
     for src, recv in ((0, 1), (1, 0)):
         model, tok = policies[recv]
         for fam in sorted(world.heldout):
@@ -387,10 +392,10 @@ def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed
 
 
 def print_report(report):
-    print(f"{'model':28s} {'family':6s} {'pass@1':>7s} {'all-fail':>9s}")
+    print(f"{'model':28s} {'family':6s} {'pass@1':>7s} {'all-fail':>9s} {'habit':>6s}")
     for name, fams in report["models"].items():
         for fam, v in fams.items():
-            print(f"{name:28s} {fam:6s} {v['pass@1']:7.3f} {v['all_fail']:9.3f}")
+            print(f"{name:28s} {fam:6s} {v['pass@1']:7.3f} {v['all_fail']:9.3f} {v['habit']:6.3f}")
     print(f"\nreceiver's all-fail prompts, per direction and family: the share where the peer's group is mixed")
     print("(Eq. 4's candidates), where it has >= 1 success, and of those mixed groups' responses the share with s > delta")
     print(f"{'direction (source -> receiver)':56s} {'family':6s} {'all-fail':>8s} {'mixed':>6s} {'>=1':>6s} {'admitted':>9s}")

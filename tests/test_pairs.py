@@ -5,6 +5,7 @@ import logging
 import os
 
 import pytest
+import torch
 
 import pairs
 
@@ -62,3 +63,31 @@ def test_unknown_arch_is_a_clear_error(char_tok_a):
     bad = pairs.TinySpec("x", "mamba", d_model=16, n_layer=1, n_head=2)
     with pytest.raises(ValueError, match="unknown arch 'mamba'"):
         pairs.build_tiny_model(bad, char_tok_a)
+
+
+def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
+    """A stand-in sampler whose first sample of each prompt is the family's habit trace and whose
+    second is the correct solution: habit share 1/2, pass@1 from the verifier, no all-fail prompt
+    unless a habit trace is also correct; the peer statistics are shares of the receiver's all-fail."""
+    import rollout
+    import tasks
+
+    world = tasks.tiny_world()
+    world = tasks.World(world.train, {f: ps[:3] for f, ps in world.heldout.items()})
+    problems = [p for f in sorted(world.heldout) for p in world.heldout[f]]
+
+    def fake_sample(model, tok, prompt_ids, n, *a, **k):
+        texts = [t for p in problems for t in (p.habit, p.solution)]
+        ids = [tok.encode(t) for t in texts]
+        return rollout.Rollout(prompt_ids, ids, texts, [True] * len(texts), [torch.full((len(i),), -0.1) for i in ids], n)
+
+    monkeypatch.setattr(rollout, "sample_groups", fake_sample)
+    report = pairs.world_report(model_dirs, n=2, world=world)
+    from verifier import reward
+    for fam, ps in sorted(world.heldout.items()):
+        v = report["models"]["a"][fam]
+        hits = [reward(p.habit, p.answer) + 1 for p in ps]  # the solution always scores 1
+        assert v["habit"] == pytest.approx(0.5)
+        assert v["pass@1"] == pytest.approx(sum(hits) / (2 * len(ps)))
+        assert v["all_fail"] == 0.0
+    assert report["directions"]["a -> b"]["add"]["receiver_all_fail"] == 0
