@@ -13,7 +13,9 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
 final held-out pass@1 per model and family, and deltas vs GRPO (n)), results/headline.md (the
 README's table), results/accuracy_seeds.png (held-out accuracy over training, seed spread as a
-band) and seed 0's plots next to them.
+band) and seed 0's plots next to them. With the default --results, it also puts the headline
+table into README.md and the tables into docs/results.md, between their `<!-- reproduce.py -->`
+markers.
 Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there is reused
 (resumed, or taken as it is when finished) only if its config.json holds exactly this
 reproduction's settings; otherwise nothing runs and the error names each differing setting
@@ -207,6 +209,23 @@ def write_results(table, seeds_of, args, out_dir, wall):
     return "\n".join(lines)
 
 
+def update_between_markers(path, name, text):
+    """Replace what stands between `<!-- reproduce.py: NAME -->` and `<!-- reproduce.py: end NAME -->`
+    in the file at `path` with `text` (atomically); returns False if the file or its markers are missing."""
+    begin, end = f"<!-- reproduce.py: {name} -->", f"<!-- reproduce.py: end {name} -->"
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        old = f.read()
+    if begin not in old or end not in old:
+        return False
+    new = old[:old.index(begin) + len(begin)] + "\n" + text.strip() + "\n" + old[old.index(end):]
+    with open(path + ".tmp", "w") as f:
+        f.write(new)
+    os.replace(path + ".tmp", path)
+    return True
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Reproduce the paper's tables in the tiny world.")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (every variant runs each)")
@@ -230,6 +249,13 @@ def main(argv=None):
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall))
+    if args.results == "results":  # the default: the README's headline and docs/results.md show these numbers
+        here = os.path.dirname(os.path.abspath(__file__))
+        for path, name, file in (("README.md", "headline", "headline.md"), (os.path.join("docs", "results.md"),
+                                 "tables", "tiny_results.md")):
+            with open(os.path.join(args.results, file)) as f:
+                if update_between_markers(os.path.join(here, path), name, f.read()):
+                    print(f"updated {path}")
     bands = os.path.join(args.results, "accuracy_seeds.png")
     plots.plot_seed_bands({LABELS[v]: {s: runlog.read_jsonl(os.path.join(args.root, f"seed{s}", v, "evals.jsonl"))
                                        for s in args.seeds} for v in ("grpo", "grpo_2n", "graft")}, bands,

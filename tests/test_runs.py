@@ -305,3 +305,12 @@ def test_main_job_table_shows_start_end_and_first_last(capsys):
         ["a", "0.100", "0.200", "0.200", "0.500", "0.600", "0.600"]
     assert "a      grpo    0.100 -> 0.250   0.100 -> 0.250   0.800 -> 0.600   0.800 -> 0.600" in out
     assert any(line.split() == ["b", "graft", "10", "60", "0.900", "0.0010", "0.0020", "60"] for line in out)
+
+
+def test_update_between_markers_replaces_only_the_marked_part(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("intro\n<!-- reproduce.py: tables -->\nold\n<!-- reproduce.py: end tables -->\nrest\n")
+    assert reproduce.update_between_markers(str(doc), "tables", "| new |\n")
+    assert doc.read_text() == "intro\n<!-- reproduce.py: tables -->\n| new |\n<!-- reproduce.py: end tables -->\nrest\n"
+    assert not reproduce.update_between_markers(str(doc), "headline", "x")  # no such markers: untouched
+    assert not reproduce.update_between_markers(str(tmp_path / "missing.md"), "tables", "x")
