@@ -97,6 +97,37 @@ def weak_family(model):
     return max(habits, key=habits.get)
 
 
+def exchange_stats(folder):
+    """What a GRAFT run's exchange carried into each receiver, per step, from its logs: the groups it
+    received, the receiver's own mixed groups (its own GRPO signal), the correct share of the sent
+    groups before the gate and of the admitted responses after it, the admitted share, the net
+    weighted advantage sum_j w_j a_j of the admitted responses, and the peer share of the update's
+    tokens. The sent groups are replayed with select_exchange on the logged rewards."""
+    n = runlog.read_json(os.path.join(folder, "config.json"))["n"]
+    steps = {}
+    for t in runlog.read_jsonl(os.path.join(folder, "trajectories.jsonl")):
+        steps.setdefault(t["step"], {}).setdefault(t["model"], []).append(t["rewards"])
+    sent, mixed = {"a": [], "b": []}, {"a": 0, "b": 0}
+    for groups in steps.values():
+        k = {m: [int(sum(r)) for r in groups[m]] for m in "ab"}
+        to_b, to_a = graft_min.select_exchange(k["a"], k["b"], n)
+        sent["b"] += [groups["a"][q] for q in to_b]
+        sent["a"] += [groups["b"][q] for q in to_a]
+        for m in "ab":
+            mixed[m] += sum(0 < x < n for x in k[m])
+    stats = {}
+    for m in "ab":
+        ms = [x for x in runlog.read_jsonl(os.path.join(folder, "metrics.jsonl")) if x["model"] == m]
+        admitted = sum(x["admitted"] for x in ms)
+        stats[m] = {"groups_per_step": len(sent[m]) / len(steps), "own_mixed_per_step": mixed[m] / len(steps),
+                    "correct_sent": sum(map(sum, sent[m])) / max(1, n * len(sent[m])),
+                    "admitted": admitted / max(1, sum(x["peer_responses"] for x in ms)),
+                    "correct_admitted": sum(x["admitted_correct"] for x in ms) / max(1, admitted),
+                    "net_weighted_adv": sum(x["weighted_adv_admitted"] for x in ms) / len(ms),
+                    "peer_tokens": sum(x["tokens_peer"] for x in ms) / sum(x["tokens_peer"] + x["tokens_self"] for x in ms)}
+    return stats
+
+
 def collect(root, seeds_of):
     """({variant: {model: {key: {seed: value}}}}, wall seconds of all runs): final held-out pass@1
     per family and run statistics, read from each run's summary.json."""
@@ -176,6 +207,15 @@ def write_results(table, seeds_of, args, out_dir, wall):
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
     weak = {m: weak_family(m) for m in "ab"}
+    xs = {seed: exchange_stats(os.path.join(args.root, f"seed{seed}", "graft")) for seed in seeds_of["graft"]}
+    lines += ["#### What the exchange carried (GRAFT, per receiver and step, mean over seeds)", "",
+              "| receiver | groups received | own mixed groups | correct in sent groups | admitted (s > delta) | "
+              "correct among admitted | net weighted advantage | peer share of tokens |", "|---|---|---|---|---|---|---|---|"]
+    for m in "ab":
+        v = {key: statistics.mean(x[m][key] for x in xs.values()) for key in xs[seeds_of["graft"][0]][m]}
+        lines.append(f"| {m.upper()} | {v['groups_per_step']:.1f} | {v['own_mixed_per_step']:.1f} | {v['correct_sent']:.2f} | "
+                     f"{v['admitted']:.2f} | {v['correct_admitted']:.2f} | {v['net_weighted_adv']:+.1f} | {v['peer_tokens']:.2f} |")
+    lines.append("")
     lines += ["#### Summary", "",
               "- GRPO (n) - start, weak family: " + ", ".join(
                   f"{m.upper()} ({weak[m]}) {fam_gain('grpo', 'start', m, weak[m]):+.3f}" for m in "ab") + ".",

@@ -278,7 +278,19 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
                               _summary(start, end, (0.8, 0.6 - bump), (0.1, 0.2)))
     seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
     table, wall = reproduce.collect(str(root), seeds_of)
-    args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2)
+    for seed in (0, 1):  # the GRAFT runs' logs, for the exchange table: one step, B sends prompt 0 to A
+        folder = root / f"seed{seed}" / "graft"
+        runlog.write_json(str(folder / "config.json"), {"n": 4})
+        with open(folder / "trajectories.jsonl", "w") as f:
+            for model, rewards in (("a", [[0, 0, 0, 0], [1, 1, 0, 0]]), ("b", [[1, 1, 1, 0], [0, 0, 0, 0]])):
+                for r in rewards:
+                    f.write(json.dumps({"step": 0, "model": model, "rewards": r}) + "\n")
+        with open(folder / "metrics.jsonl", "w") as f:
+            for model, admitted, correct, wadv, tok in (("a", 3, 2, 1.5, 30), ("b", 4, 2, 0.0, 40)):
+                f.write(json.dumps({"step": 0, "model": model, "peer_responses": 4, "admitted": admitted,
+                                    "admitted_correct": correct, "weighted_adv_admitted": wadv, "tokens_peer": tok,
+                                    "tokens_self": 70}) + "\n")
+    args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2, root=str(root))
     text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall)
     # weak families from pairs.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
     assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
@@ -286,6 +298,10 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
     assert "| GRAFT | 2 | 0.200 +- 0.014 (+0.040) | 0.600 +- 0.014 (+0.040) |" in text  # A: 0.10 + 0.09 / 0.11
     assert "| 0.800 -> 0.590 |" in text  # all-fail share, first -> last, mean over seeds
     assert "| GRPO (n) | A | 0.100 -> 0.200 | 0.100 -> 0.200 |" in text
+    # A received B's group of prompt 0 (3 of 4 correct) and has one mixed group of its own (prompt 1);
+    # B received A's group of prompt 1 (2 of 4 correct) and has one mixed group (prompt 0)
+    assert "| A | 1.0 | 1.0 | 0.75 | 0.75 | 0.67 | +1.5 | 0.30 |" in text
+    assert "| B | 1.0 | 1.0 | 0.50 | 1.00 | 0.50 | +0.0 | 0.36 |" in text
     headline = (tmp_path / "results" / "headline.md").read_text()
     assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.200 | +0.040 |" in headline
     assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.150 | +0.040 |" in headline
