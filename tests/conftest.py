@@ -47,3 +47,10 @@ def llama(char_tok_a):
 def gpt2(char_tok_b):
     torch.manual_seed(0)
     return make_model("gpt2", char_tok_b, seed=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say once why tests were skipped (pytest -q alone only counts them): one line per reason."""
+    reasons = sorted({r.longrepr[2] for r in terminalreporter.stats.get("skipped", []) if isinstance(r.longrepr, tuple)})
+    for reason in reasons:
+        terminalreporter.write_line(reason)
