@@ -261,3 +261,5 @@ def test_two_graft_steps_of_the_cli(seats, dtype, smollm2_dir, tiny_b_dir, tmp_p
     assert json.load(open(out / "summary.json")) == json.loads(json.dumps(summary))
     assert set(summary["models"]) == {"a", "b"}
     assert json.load(open(out / "config.json"))["model_paths"] == {"a": a, "b": b}
+    assert (out / "checkpoint.pt").stat().st_size > 12 * 134e6  # the real model: fp32 weights + 2 AdamW moments
+    os.remove(out / "checkpoint.pt")  # 1.6 GB: pytest keeps the temporary folders of its last three sessions
