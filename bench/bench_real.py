@@ -3,9 +3,10 @@
     python bench/bench_real.py [--steps 2] [--threads 1] [graft_min flags, e.g. --prompts-per-step 4]
 
 Both rows run the tiny pair's preset (n 8 responses of at most 48 tokens, 4 minibatches, fp32) with 4 prompts
-per step instead of 16, on the tiny world's prompts with the real verifier; only model A differs: the warm-started tiny Llama, or
-SmolLM2-135M-Instruct converted from its PyPI wheel (pairs.ensure_smollm2; no hub). Model B is the
-warm-started tiny GPT-2 in both. The times are the sum over both models; one warm-up step is not timed.
+per step instead of 16, on the tiny world's prompts with the real verifier. Only model A differs: the
+warm-started tiny Llama, or SmolLM2-135M-Instruct converted from its PyPI wheel (pairs.ensure_smollm2; no hub).
+Model B is the warm-started tiny GPT-2 in both. The times are the sum over both models; one warm-up step
+is not timed.
 """
 
 import argparse
@@ -24,7 +25,7 @@ from bench_step import time_method  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=2, help="timed GRAFT steps per pair")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args, rest = p.parse_known_args()
@@ -38,7 +39,8 @@ def main():
         rows[name] = time_method(cfg, "graft", args.steps)
     print(f"{cfg.prompts_per_step} prompts x {cfg.n} responses of <= {cfg.max_new_tokens} tokens per step, "
           f"{args.threads} thread(s)")
-    print(f"{'pair':26s} {'s/step':>8s} {'generate':>9s} {'score':>7s} {'graft':>7s} {'update':>7s} {'groups exchanged':>17s}")
+    print(f"{'pair':26s} {'s/step':>8s} {'generate':>9s} {'score':>7s} {'graft':>7s} {'update':>7s} "
+          f"{'groups exchanged':>17s}")
     for name, (sec, parts, exchanged) in rows.items():
         print(f"{name:26s} {sec:8.2f} {parts['generate']:9.2f} {parts['score']:7.2f} {parts['graft']:7.2f} "
               f"{parts['update']:7.2f} {exchanged:17d}")

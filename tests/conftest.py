@@ -51,6 +51,6 @@ def gpt2(char_tok_b):
 
 def pytest_terminal_summary(terminalreporter):
     """Say once why tests were skipped (pytest -q alone only counts them): one line per reason."""
-    reasons = sorted({r.longrepr[2] for r in terminalreporter.stats.get("skipped", []) if isinstance(r.longrepr, tuple)})
-    for reason in reasons:
+    skipped = terminalreporter.stats.get("skipped", [])
+    for reason in sorted({r.longrepr[2] for r in skipped if isinstance(r.longrepr, tuple)}):
         terminalreporter.write_line(reason)

@@ -27,7 +27,7 @@ import tasks
 
 T = 1.0  # the rollout temperature (log-probs use the same T)
 PROBLEMS = [  # a MATH-style question with the paper's suffix, and two that this model often answers in a few tokens
-    tasks.Problem("math/0", "math", "A box holds 7 rows of 8 eggs. How many eggs are in the box? " + tasks.SUFFIX, "56"),
+    tasks.Problem("math/0", "math", f"A box holds 7 rows of 8 eggs. How many eggs are in the box? {tasks.SUFFIX}", "56"),
     tasks.Problem("short/0", "short", "What is 2+3? Answer with just the number.", "5"),
     tasks.Problem("short/1", "short", "Reply with the single word: yes.", "yes")]
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -148,7 +148,8 @@ def test_the_prompt_is_one_user_message_in_its_chat_template(smollm2):
     assert PROBLEMS[0].question.endswith("in the box? " + tasks.SUFFIX)  # as tasks.load_problems writes them
     for p in PROBLEMS:
         ids = tasks.encode_prompt(tok, p)
-        text = SYSTEM + f"<|im_start|>user\n{p.question}<|im_end|>\n<|im_start|>assistant\n"  # the template's default system turn
+        # the template adds its default system turn before the one user message
+        text = SYSTEM + f"<|im_start|>user\n{p.question}<|im_end|>\n<|im_start|>assistant\n"
         assert tok.decode(ids) == text
         assert ids == tok.encode(text, add_special_tokens=False)  # no BOS added in front
         turn = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
