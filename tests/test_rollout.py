@@ -153,3 +153,26 @@ def test_sample_groups_keeps_the_entropy_of_each_sampled_token(llama, char_tok_a
         _, _, ent = rollout.token_logprobs(llama, [ro.prompt_ids[0]], [ro.response_ids[0]], char_tok_a.pad_token_id,
                                            entropy=True)
     torch.testing.assert_close(ro.entropy[0], ent[0], atol=1e-5, rtol=0)
+
+
+def test_sampling_stops_on_every_end_id_of_the_models_generation_config():
+    """A stand-in whose generation_config lists two end ids (as Qwen2.5-Instruct's lists <|im_end|>
+    and <|endoftext|>): either one ends a response, counts as finished and stays in the loss mask."""
+    tok = pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=4)
+    tok.add_tokens(["<end2>"], special_tokens=True)
+    eos, end2 = tok.eos_token_id, tok.convert_tokens_to_ids("<end2>")
+    torch.manual_seed(0)
+    model = make_model("gpt2", tok, seed=7)  # a random model: every token, both end ids included, is likely
+    model.generation_config.eos_token_id = [end2, eos]
+    assert rollout.stop_ids(model, tok) == sorted([eos, end2])
+    assert rollout.response_length([5, end2, 6, eos], [eos, end2]) == (2, True)
+    torch.manual_seed(2)
+    ro = rollout.sample_groups(model, tok, [tok.encode("Q:1+2=")], 48, max_new_tokens=24)
+    ends = [ids[-1] for ids, done in zip(ro.response_ids, ro.finished) if done]
+    assert ends.count(eos) > 0 and ends.count(end2) > 0, f"this seed did not stop on both ids ({ends}); pick another"
+    for ids, done, lp, text in zip(ro.response_ids, ro.finished, ro.logprobs, ro.texts):
+        assert not {eos, end2} & set(ids[:-1])  # cut at the first end id
+        assert done == (ids[-1] in (eos, end2)) and (done or len(ids) == 24)
+        assert len(lp) == len(ids) and torch.isfinite(lp).all()  # the end id is scored: it is in the loss mask
+        assert text == tok.decode(ids[:-1] if done else ids, skip_special_tokens=True) and "<" not in text
+    assert model.generation_config.eos_token_id == [end2, eos]  # the model's own config is restored
