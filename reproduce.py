@@ -207,6 +207,17 @@ def write_results(table, seeds_of, args, out_dir, wall):
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
     weak = {m: weak_family(m) for m in "ab"}
+    curves = {v: {s: runlog.read_jsonl(os.path.join(args.root, f"seed{s}", v, "evals.jsonl")) for s in seeds_of[v]}
+              for v in ("grpo", "grpo_2n", "graft")}
+    steps = sorted({e["step"] for e in curves["grpo"][seeds_of["grpo"][0]]})
+    lines += ["#### The weak families along the way: held-out pass@1 at each evaluation, mean over seeds", "",
+              "| model | variant | " + " | ".join(f"step {t}" for t in steps) + " |", "|---|---|" + "---|" * len(steps)]
+    for m in "ab":
+        for v, runs in curves.items():
+            at = [statistics.mean(e[weak_family(m)] for evals in runs.values() for e in evals
+                                  if e["model"] == m and e["step"] == t) for t in steps]
+            lines.append(f"| {m.upper()} ({weak_family(m)}) | {LABELS[v]} | " + " | ".join(f"{x:.3f}" for x in at) + " |")
+    lines.append("")
     xs = {seed: exchange_stats(os.path.join(args.root, f"seed{seed}", "graft")) for seed in seeds_of["graft"]}
     lines += ["#### What the exchange carried (GRAFT, per receiver and step, mean over seeds)", "",
               "| receiver | groups received | own mixed groups | correct in sent groups | admitted (s > delta) | "

@@ -1,6 +1,8 @@
-"""The README shows what the committed scripts wrote, and CI runs the README's test command."""
+"""The README and docs/ show what the committed scripts wrote, their links resolve, and CI runs
+the README's test command."""
 
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -10,10 +12,23 @@ def read(*parts):
         return f.read()
 
 
-def test_readme_results_table_is_what_reproduce_wrote():
+def test_results_tables_are_what_reproduce_wrote():
     results = read("results", "tiny_results.md").strip()
     assert results.startswith("### Tiny-pair results")
-    assert results in read("README.md"), "README's results table differs from results/tiny_results.md"
+    assert results in read("docs", "results.md"), "docs/results.md's tables differ from results/tiny_results.md"
+    headline = read("results", "headline.md").strip()
+    assert headline in read("README.md"), "README's results table differs from results/headline.md"
+
+
+def test_readme_is_short_and_its_links_resolve():
+    readme = read("README.md")
+    assert len(readme) <= 12_500, f"README.md has {len(readme)} characters; move depth into docs/"
+    for doc in ("tiny_world", "results", "runs", "real_models", "verifier", "differences"):
+        assert f"](docs/{doc}.md)" in readme, f"README does not link docs/{doc}.md"
+    for folder, text in [("", readme)] + [("docs", read("docs", f)) for f in os.listdir(os.path.join(ROOT, "docs"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if not target.startswith("http"):
+                assert os.path.exists(os.path.join(ROOT, folder, target)), f"{folder or 'README'}: broken link {target}"
 
 
 def test_ci_runs_exactly_the_readme_test_command():

@@ -278,6 +278,12 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
                               _summary(start, end, (0.8, 0.6 - bump), (0.1, 0.2)))
     seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
     table, wall = reproduce.collect(str(root), seeds_of)
+    for seed in (0, 1):  # held-out curves: evaluations at steps 0 and 7, the end value at step 7
+        for variant, gain in (("grpo", 0.05), ("grpo_2n", 0.07), ("graft", 0.09)):
+            with open(root / f"seed{seed}" / variant / "evals.jsonl", "w") as f:
+                for step, g in ((0, 0.0), (7, gain + 0.02 * seed)):
+                    for m in "ab":
+                        f.write(json.dumps({"step": step, "model": m, **{k: v + g for k, v in start[m].items()}}) + "\n")
     for seed in (0, 1):  # the GRAFT runs' logs, for the exchange table: one step, B sends prompt 0 to A
         folder = root / f"seed{seed}" / "graft"
         runlog.write_json(str(folder / "config.json"), {"n": 4})
@@ -302,6 +308,7 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
     # B received A's group of prompt 1 (2 of 4 correct) and has one mixed group (prompt 0)
     assert "| A | 1.0 | 1.0 | 0.75 | 0.75 | 0.67 | +1.5 | 0.30 |" in text
     assert "| B | 1.0 | 1.0 | 0.50 | 1.00 | 0.50 | +0.0 | 0.36 |" in text
+    assert "| A (add) | GRAFT | 0.100 | 0.200 |" in text and "| B (mul) | GRPO (2n) | 0.050 | 0.130 |" in text
     headline = (tmp_path / "results" / "headline.md").read_text()
     assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.200 | +0.040 |" in headline
     assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.150 | +0.040 |" in headline
