@@ -261,9 +261,14 @@ def rollout_groups(pol, batch, cfg, step):
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
                                gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
-                            for j, t in enumerate(ro.texts)]).view(-1, cfg.n)
-    return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), rewards)
+    return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), group_rewards(ro.texts, batch, cfg))
+
+
+def group_rewards(texts, batch, cfg):
+    """Binary rewards [G, n] of texts [G * n] (prompt-major) against the batch's gold answers: the
+    paper's last-box rule, or also unboxed answers with --lenient-answers."""
+    return torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
+                         for j, t in enumerate(texts)]).view(-1, cfg.n)
 
 
 def train_step(step, policies, batch, cfg, stored_peer=None):
@@ -425,10 +430,8 @@ def stored_groups(log_records, step, batch, cfg, path):
     if any(len(r["texts"]) != cfg.n for r in records):
         raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
     texts = [t for r in records for t in r["texts"]]
-    rewards = torch.tensor([reward(t, batch[j // cfg.n].answer, require_box=not cfg.lenient_answers)
-                            for j, t in enumerate(texts)]).view(-1, cfg.n)
     return Groups(texts, [f for r in records for f in r["finished"]],
-                  torch.tensor([x for r in records for x in r["mean_logprobs"]]), rewards)
+                  torch.tensor([x for r in records for x in r["mean_logprobs"]]), group_rewards(texts, batch, cfg))
 
 
 def run_config(cfg, method):
