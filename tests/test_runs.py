@@ -184,12 +184,12 @@ def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tm
     argv = ["--seeds", "0", "--root", str(root), "--results", str(tmp_path / "results")]
 
     with pytest.raises(SystemExit) as e:
-        reproduce.main(argv + ["--steps", "20"])
+        reproduce.main(argv + ["--steps", "20", "--eval-every", "20"])
     assert "steps: saved 100, now 20" in str(e.value) and "eval_every: saved 100, now 20" in str(e.value)
     assert differing_keys(e.value) == {"steps", "eval_every"}
     assert started == []  # nothing ran
     with pytest.raises(Started):  # the same settings: the folder is reused
-        reproduce.main(argv + ["--steps", "100"])
+        reproduce.main(argv + ["--steps", "100", "--eval-every", "100"])
     assert out in [o for _, _, o in started[0]]
 
 

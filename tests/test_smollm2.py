@@ -235,7 +235,7 @@ def test_retokenize_between_bpe_and_characters_on_sampled_texts(smollm2, sampled
 
 # ---------------------------------------------------------------- two GRAFT steps of the CLI, in both seats
 
-def fake_reward(text, gold):
+def fake_reward(text, gold, require_box=True):
     """A deterministic stand-in for the verifier (neither model solves tiny-world problems): mixed groups."""
     return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
 
