@@ -273,7 +273,8 @@ def memory_estimate(model, cfg):
     prompts of at most 512 tokens assumed. "params" is in billions."""
     n = sum(p.numel() for p in model.parameters())  # tied embeddings count once
     vocab = model.get_output_embeddings().weight.shape[0]
-    micro = cfg.micro_batch or math.ceil(cfg.prompts_per_step * cfg.n / cfg.minibatches)
+    minibatch = math.ceil(cfg.prompts_per_step * cfg.n / cfg.minibatches)  # sequences per update
+    micro = min(cfg.micro_batch or minibatch, minibatch)
     gb = {"params": n / 1e9, "weights": 4 * n / 1e9, "grads": 4 * n / 1e9, "adam": 8 * n / 1e9}
     gb["total"] = gb["weights"] + gb["grads"] + gb["adam"]
     gb["logits"] = 3 * micro * (512 + cfg.max_new_tokens) * vocab * 4 / 1e9

@@ -141,6 +141,11 @@ def test_make_policy_sets_up_bf16_autocast_and_checkpointing(stand_ins):
     n = sum(p.numel() for p in pol.model.parameters())
     assert gb["total"] == pytest.approx(16 * n / 1e9)
     assert gb["logits"] == pytest.approx(3 * 2 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
+    # a micro-batch larger than the minibatch (4 prompts x 4 / 2 = 8 sequences) holds the minibatch
+    cfg = graft_min.parse_args(["--pair", "small", "--micro-batch", "64", "--max-new-tokens", "8",
+                                "--prompts-per-step", "4", "--n", "4", "--minibatches", "2"])
+    gb = pairs.memory_estimate(pol.model, cfg)
+    assert gb["logits"] == pytest.approx(3 * 8 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
 
 
 def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(stand_ins):
