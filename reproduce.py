@@ -7,13 +7,14 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # ~70 min on 2 cores (+3 to warm-start)
+    python reproduce.py                                          # ~45 min on 2 cores (+2 to warm-start)
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
 final held-out pass@1 per model and family, and deltas vs GRPO (n)), results/headline.md (the
 README's table), results/accuracy_seeds.png (held-out accuracy over training, seed spread as a
-band) and seed 0's plots next to them. With the default --results, it also puts the headline
+band) and seed 0's plots next to them. It also evaluates GRPO (n) and GRAFT before and after RL
+near-greedily (T 0.01), next to the paper's T 0.6. With the default --results, it also puts the headline
 table into README.md and the tables into docs/results.md, between their `<!-- reproduce.py -->`
 markers.
 Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there is reused
@@ -33,6 +34,7 @@ import graft_min
 import pairs
 import plots
 import runlog
+from tqdm import tqdm
 
 # variant -> (method, extra flags, which models it reports)
 VARIANTS = {
@@ -128,6 +130,51 @@ def exchange_stats(folder):
     return stats
 
 
+GREEDY_T = 0.01  # greedy in effect: a logit lead of 0.05 already gives odds of e^5 = 148 to 1
+
+
+def greedy_evals(jobs):
+    """Held-out pass@1 at T = GREEDY_T, one sample per problem, of finished runs (jobs: jobs_for's
+    tuples) at the start (the warm-start) and at the end (the last checkpoint). Is RL's gain at
+    T 0.6 more than a sharper sampling distribution? Returns {variant: {model: {"start" | "end":
+    {family: {seed: pass@1}}}}}; the start is evaluated once per seed and model."""
+    out, start = {}, {}
+    for cfg, _, folder in tqdm(jobs, desc=f"held-out at T {GREEDY_T}"):
+        cfg = argparse.Namespace(**{**vars(cfg), "eval_temperature": GREEDY_T, "eval_samples": 1})
+        ckpt = runlog.load_checkpoint(os.path.join(folder, "checkpoint.pt"))
+        if ckpt["next_step"] != cfg.steps:
+            raise SystemExit(f"reproduce.py: {folder} stopped at step {ckpt['next_step']} of {cfg.steps}")
+        _, heldout = graft_min.load_data(cfg)
+        paths = graft_min.model_paths(cfg)
+        for m in "ab":
+            pol = graft_min.make_policy(m, paths[m], cfg.lr, cfg)
+            if (cfg.seed, m) not in start:
+                start[cfg.seed, m] = graft_min.evaluate(pol, heldout, cfg, 0)
+            pol.model.load_state_dict(ckpt["models"][m])
+            row = out.setdefault(os.path.basename(folder), {}).setdefault(m, {})
+            for when, res in (("start", start[cfg.seed, m]), ("end", graft_min.evaluate(pol, heldout, cfg, cfg.steps))):
+                for fam, value in res.items():
+                    row.setdefault(when, {}).setdefault(fam, {})[cfg.seed] = value
+    return out
+
+
+def greedy_lines(greedy, table, fams, seeds):
+    """The markdown table of greedy_evals next to the T 0.6 evaluations, mean over seeds."""
+    samples = graft_min.PRESETS["tiny"]["eval_samples"]
+    lines = [f"#### Evaluation temperature: held-out pass@1 at T 0.6 ({samples} samples) and T {GREEDY_T} (greedy "
+             "in effect, 1 sample), mean over seeds", "",
+             "| model | family | " + " | ".join(f"{v} T {t}" for v in ("start", "GRPO (n)", "GRAFT")
+                                                 for t in (0.6, GREEDY_T)) + " |", "|---|---|" + "---|" * 6]
+    for m in "ab":
+        for fam in fams:
+            cells = []
+            for v in ("start", "grpo", "graft"):
+                near = greedy["grpo"][m]["start"] if v == "start" else greedy[v][m]["end"]
+                cells += [statistics.mean(table[v][m][fam][s] for s in seeds), statistics.mean(near[fam][s] for s in seeds)]
+            lines.append(f"| {m.upper()} | {fam} | " + " | ".join(f"{x:.3f}" for x in cells) + " |")
+    return lines + [""]
+
+
 def collect(root, seeds_of):
     """({variant: {model: {key: {seed: value}}}}, wall seconds of all runs): final held-out pass@1
     per family and run statistics, read from each run's summary.json."""
@@ -154,8 +201,9 @@ def mean_std(xs):
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-def write_results(table, seeds_of, args, out_dir, wall):
-    """results/tiny_results.md and .json; every delta compares runs of the same seeds."""
+def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
+    """results/tiny_results.md and .json; every delta compares runs of the same seeds. greedy:
+    greedy_evals' result, shown next to the T 0.6 evaluations when given."""
     fams = sorted(k for k in table["grpo"]["a"] if k not in STATS + FIRST_LAST and k != "mean")
     command = " ".join(["python reproduce.py", *args.argv])
     lines = [f"### Tiny-pair results ({args.steps} steps per run)", "",
@@ -227,6 +275,8 @@ def write_results(table, seeds_of, args, out_dir, wall):
         lines.append(f"| {m.upper()} | {v['groups_per_step']:.1f} | {v['own_mixed_per_step']:.1f} | {v['correct_sent']:.2f} | "
                      f"{v['admitted']:.2f} | {v['correct_admitted']:.2f} | {v['net_weighted_adv']:+.1f} | {v['peer_tokens']:.2f} |")
     lines.append("")
+    if greedy:
+        lines += greedy_lines(greedy, table, fams, seeds_of["graft"])
     lines += ["#### Summary", "",
               "- GRPO (n) - start, weak family: " + ", ".join(
                   f"{m.upper()} ({weak[m]}) {fam_gain('grpo', 'start', m, weak[m]):+.3f}" for m in "ab") + ".",
@@ -256,7 +306,7 @@ def write_results(table, seeds_of, args, out_dir, wall):
     os.replace(os.path.join(out_dir, "headline.md.tmp"), os.path.join(out_dir, "headline.md"))
     runlog.write_json(os.path.join(out_dir, "tiny_results.json"),
                       {"command": command, "steps": args.steps, "seeds": seeds_of, "table": table,
-                       "graft_gain": online, "stored_gain": stored})
+                       "graft_gain": online, "stored_gain": stored, "greedy": greedy})
     return "\n".join(lines)
 
 
@@ -299,7 +349,8 @@ def main(argv=None):
     graft_min.run_parallel(stored, args.jobs)  # they read the GRPO runs' logs
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)
-    print(write_results(table, seeds_of, args, args.results, wall))
+    greedy = greedy_evals([job for job in online if os.path.basename(job[2]) in ("grpo", "graft")])
+    print(write_results(table, seeds_of, args, args.results, wall, greedy))
     if args.results == "results":  # the default: the README's headline and docs/results.md show these numbers
         here = os.path.dirname(os.path.abspath(__file__))
         for path, name, file in (("README.md", "headline", "headline.md"), (os.path.join("docs", "results.md"),

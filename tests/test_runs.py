@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import graft_min
+import pairs
 import reproduce
 import runlog
 
@@ -297,7 +298,13 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
                                     "admitted_correct": correct, "weighted_adv_admitted": wadv, "tokens_peer": tok,
                                     "tokens_self": 70}) + "\n")
     args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2, root=str(root))
-    text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall)
+    # near-greedy evaluations as greedy_evals returns them: start and end per seed
+    greedy = {v: {m: {"start": {f: {0: 0.2, 1: 0.3} for f in ("add", "mul")},
+                      "end": {f: {0: end_g, 1: end_g + 0.1} for f in ("add", "mul")}} for m in "ab"}
+              for v, end_g in (("grpo", 0.4), ("graft", 0.5))}
+    text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall, greedy)
+    # B mul: start 0.05 at T 0.6 and 0.25 near-greedy; GRPO 0.05 + 0.05 / 0.07 -> 0.110 and 0.45; GRAFT 0.150 and 0.55
+    assert "| B | mul | 0.050 | 0.250 | 0.110 | 0.450 | 0.150 | 0.550 |" in text
     # weak families from pairs.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
     assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
     assert "- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020." in text
@@ -337,3 +344,38 @@ def test_update_between_markers_replaces_only_the_marked_part(tmp_path):
     assert doc.read_text() == "intro\n<!-- reproduce.py: tables -->\n| new |\n<!-- reproduce.py: end tables -->\nrest\n"
     assert not reproduce.update_between_markers(str(doc), "headline", "x")  # no such markers: untouched
     assert not reproduce.update_between_markers(str(tmp_path / "missing.md"), "tables", "x")
+
+
+def weight_sum(model):
+    return round(float(sum(p.detach().double().sum() for p in model.parameters())), 6)
+
+
+def test_greedy_evals_score_the_warm_start_once_and_each_runs_last_checkpoint(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(graft_min, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    calls = []
+
+    def fingerprint(pol, heldout, cfg, step):  # stands in for the evaluation: which weights, how sampled
+        calls.append((pol.name, step, cfg.eval_temperature, cfg.eval_samples))
+        return {"add": weight_sum(pol.model), "mul": -weight_sum(pol.model)}
+    monkeypatch.setattr(graft_min, "evaluate", fingerprint)
+    jobs = reproduce.jobs_for(["grpo", "graft"], [0], ["--steps", "3", "--eval-problems", "2"], str(tmp_path))
+    start = {}
+    for k, (cfg, _, out) in enumerate(jobs):  # a last checkpoint whose weights are the start's + k + 1
+        models = {}
+        for m in "ab":
+            model, _ = pairs.load_policy(model_dirs["ab".index(m)])
+            start[m] = weight_sum(model)
+            models[m] = {n: t + (k + 1) if t.is_floating_point() else t for n, t in model.state_dict().items()}
+        os.makedirs(out)
+        runlog.save_checkpoint(os.path.join(out, "checkpoint.pt"), {"next_step": 3, "models": models})
+    got = reproduce.greedy_evals(jobs)
+    assert {c[2:] for c in calls} == {(reproduce.GREEDY_T, 1)}
+    assert sorted(c[:2] for c in calls) == sorted([("a", 0), ("b", 0)] + [(m, 3) for m in "ab"] * 2)  # start once
+    for k, variant in enumerate(("grpo", "graft")):
+        for m in "ab":
+            n_weights = sum(p.numel() for p in pairs.load_policy(model_dirs["ab".index(m)])[0].parameters())
+            assert got[variant][m]["start"]["add"] == {0: start[m]}
+            assert got[variant][m]["end"]["add"][0] == pytest.approx(start[m] + (k + 1) * n_weights, rel=1e-9)
+    runlog.save_checkpoint(os.path.join(jobs[1][2], "checkpoint.pt"), {"next_step": 2, "models": models})
+    with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
+        reproduce.greedy_evals(jobs)
