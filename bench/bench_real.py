@@ -2,8 +2,8 @@
 
     python bench/bench_real.py [--steps 2] [--threads 1] [graft_min flags, e.g. --prompts-per-step 4]
 
-Both rows run the tiny pair's preset (n 8 responses of at most 48 tokens, 4 minibatches, fp32) with 4 prompts
-per step instead of 16, on the tiny world's prompts with the real verifier. Only model A differs: the
+Both rows run the tiny pair's preset (n 8 responses of at most 48 tokens, 2 minibatches, fp32) with 4 prompts
+per step instead of 64, on the tiny world's prompts with the real verifier. Only model A differs: the
 warm-started tiny Llama, or SmolLM2-135M-Instruct converted from its PyPI wheel (pairs.ensure_smollm2; no hub).
 Model B is the warm-started tiny GPT-2 in both. The times are the sum over both models; one warm-up step
 is not timed.
