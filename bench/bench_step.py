@@ -41,7 +41,7 @@ def time_method(cfg, method, steps):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=10, help="timed steps per method")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     args, rest = p.parse_known_args()
