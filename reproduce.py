@@ -117,9 +117,9 @@ def exchange_stats(folder):
         sent["a"] += [groups["b"][q] for q in to_a]
         for m in "ab":
             mixed[m] += sum(0 < x < n for x in k[m])
-    stats = {}
+    stats, metrics = {}, runlog.read_jsonl(os.path.join(folder, "metrics.jsonl"))
     for m in "ab":
-        ms = [x for x in runlog.read_jsonl(os.path.join(folder, "metrics.jsonl")) if x["model"] == m]
+        ms = [x for x in metrics if x["model"] == m]
         admitted = sum(x["admitted"] for x in ms)
         stats[m] = {"groups_per_step": len(sent[m]) / len(steps), "own_mixed_per_step": mixed[m] / len(steps),
                     "correct_sent": sum(map(sum, sent[m])) / max(1, n * len(sent[m])),
@@ -173,6 +173,12 @@ def greedy_lines(greedy, table, fams, seeds):
                 cells += [statistics.mean(table[v][m][fam][s] for s in seeds), statistics.mean(near[fam][s] for s in seeds)]
             lines.append(f"| {m.upper()} | {fam} | " + " | ".join(f"{x:.3f}" for x in cells) + " |")
     return lines + [""]
+
+
+def eval_curves(root, seeds_of, variants=("grpo", "grpo_2n", "graft")):
+    """{variant: {seed: the run's evals.jsonl rows}}: held-out pass@1 along the way."""
+    return {v: {s: runlog.read_jsonl(os.path.join(root, f"seed{s}", v, "evals.jsonl")) for s in seeds_of[v]}
+            for v in variants}
 
 
 def collect(root, seeds_of):
@@ -255,16 +261,15 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
     weak = {m: weak_family(m) for m in "ab"}
-    curves = {v: {s: runlog.read_jsonl(os.path.join(args.root, f"seed{s}", v, "evals.jsonl")) for s in seeds_of[v]}
-              for v in ("grpo", "grpo_2n", "graft")}
+    curves = eval_curves(args.root, seeds_of)
     steps = sorted({e["step"] for e in curves["grpo"][seeds_of["grpo"][0]]})
     lines += ["#### The weak families along the way: held-out pass@1 at each evaluation, mean over seeds", "",
               "| model | variant | " + " | ".join(f"step {t}" for t in steps) + " |", "|---|---|" + "---|" * len(steps)]
     for m in "ab":
         for v, runs in curves.items():
-            at = [statistics.mean(e[weak_family(m)] for evals in runs.values() for e in evals
+            at = [statistics.mean(e[weak[m]] for evals in runs.values() for e in evals
                                   if e["model"] == m and e["step"] == t) for t in steps]
-            lines.append(f"| {m.upper()} ({weak_family(m)}) | {LABELS[v]} | " + " | ".join(f"{x:.3f}" for x in at) + " |")
+            lines.append(f"| {m.upper()} ({weak[m]}) | {LABELS[v]} | " + " | ".join(f"{x:.3f}" for x in at) + " |")
     lines.append("")
     xs = {seed: exchange_stats(os.path.join(args.root, f"seed{seed}", "graft")) for seed in seeds_of["graft"]}
     lines += ["#### What the exchange carried (GRAFT, per receiver and step, mean over seeds)", "",
@@ -359,8 +364,7 @@ def main(argv=None):
                 if update_between_markers(os.path.join(here, path), name, f.read()):
                     print(f"updated {path}")
     bands = os.path.join(args.results, "accuracy_seeds.png")
-    plots.plot_seed_bands({LABELS[v]: {s: runlog.read_jsonl(os.path.join(args.root, f"seed{s}", v, "evals.jsonl"))
-                                       for s in args.seeds} for v in ("grpo", "grpo_2n", "graft")}, bands,
+    plots.plot_seed_bands({LABELS[v]: runs for v, runs in eval_curves(args.root, seeds_of).items()}, bands,
                           f"Held-out pass@1 (T 0.6) over training, mean +- std over seeds {args.seeds}")
     print(bands)
     s0 = os.path.join(args.root, f"seed{args.seeds[0]}")
