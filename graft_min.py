@@ -19,6 +19,8 @@ the paper's Table 2: --no-gate, --delta, --no-balance, --peer-order, --pooled, -
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
 Simplifications: HF generate instead of vLLM; one process per run; the tiny pair trains on a synthetic
 world instead of MATH (--pair small and the paper presets use MATH and the five benchmarks).
+Below this file, never above it: settings.py (flags, presets, model paths, data), runlog.py (the run
+folder, the summary and the printed report), pairs.py / tiny_world.py (the models), tasks.py (prompts).
 """
 
 import argparse
@@ -39,8 +41,9 @@ from tqdm import tqdm
 import loss
 import pairs
 import rollout
-import tasks
 import runlog
+import settings
+import tasks
 from verifier import reward
 
 log = logging.getLogger("graft_min")
@@ -304,7 +307,7 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
         metrics[name] = {
             "step": step, "model": name, "reward_mean": float(groups[name].rewards.mean()),
             "all_fail_share": float(all_fail.float().mean()),
-            "families": family_stats(batch, groups[name].rewards),
+            "families": runlog.family_stats(batch, groups[name].rewards),
             # token-means over the model's own sampled responses: next-token entropy at T, sampled log-prob
             "entropy": float(torch.cat(ros[name].entropy).mean()),
             "sampled_logprob": float(torch.cat(ros[name].logprobs).mean()),
@@ -330,16 +333,6 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
 
 def _share(hits, base):
     return float(hits.sum()) / float(base.sum()) if base.any() else None
-
-
-def family_stats(batch, rewards):
-    """Per family: mean reward and share of all-fail groups in this batch."""
-    out = {}
-    for fam in sorted({p.family for p in batch}):
-        idx = [j for j, p in enumerate(batch) if p.family == fam]
-        r = rewards[idx]
-        out[fam] = {"reward": float(r.mean()), "all_fail": float((r.sum(1) == 0).float().mean())}
-    return out
 
 
 @torch.no_grad()
@@ -379,44 +372,6 @@ def make_policy(name, path, lr, cfg):
     return Policy(name, model, tok, opt, lr)
 
 
-def load_data(cfg):
-    """(training problems, held-out problems per family) for this run.
-
-    math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
-    set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
-    hub (tasks.SOURCES); each held-out family (= benchmark) is cut to --eval-problems."""
-    if cfg.data == "tiny":
-        world = tasks.tiny_world(cfg.world_seed)
-        return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
-    if cfg.data in ("math", "gsm8k"):
-        train = tasks.load_math_train(cfg.train_data) if cfg.data == "math" else tasks.load_gsm8k(cfg.train_data)
-        local = dict(item.split("=", 1) for item in cfg.eval_data or [])
-        heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
-        return train, heldout
-    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'math' or 'gsm8k')")
-
-
-def eval_sets(cfg):
-    """The evaluated benchmarks: --eval-sets, else the paper's five (math) or GSM8K's test split."""
-    if cfg.eval_sets:
-        return cfg.eval_sets.split(",")
-    return list(tasks.BENCHMARKS) if cfg.data == "math" else ["gsm8k"]
-
-
-def model_paths(cfg):
-    """Folders or hub ids of models A and B: --model-a / --model-b win over the pair's."""
-    if cfg.model_a and cfg.model_b:
-        return {"a": cfg.model_a, "b": cfg.model_b}
-    if cfg.pair == "tiny":
-        a, b = pairs.tiny_pair(cfg.cache_dir)
-        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
-    if cfg.pair in pairs.PAIRS:
-        a, b = pairs.PAIRS[cfg.pair]
-        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
-    raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use one of {', '.join(PRESETS)}, "
-                     f"or give --model-a and --model-b)")
-
-
 def stored_groups(log_records, step, batch, cfg, path):
     """The partner's logged groups for this step's batch, rewards re-verified (stored mode)."""
     records = log_records.get(step)
@@ -434,16 +389,6 @@ def stored_groups(log_records, step, batch, cfg, path):
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), group_rewards(texts, batch, cfg))
 
 
-def run_config(cfg, method):
-    """The run's settings as config.json records them: every flag, the method, the model paths,
-    the stored-mode peer and the thread count (the one set now, unless --threads gives it)."""
-    config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
-              "threads": cfg.threads or torch.get_num_threads()}
-    if method == "stored":
-        config["peer"] = "b" if cfg.train == "a" else "a"
-    return json.loads(json.dumps(config))
-
-
 def run(cfg, method, out):
     """Train with one method into the run folder `out`; returns its summary.
 
@@ -458,7 +403,7 @@ def run(cfg, method, out):
         cfg.threads = saved.get("threads")  # pinned: on a CPU, torch's results depend on the thread count
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    config = run_config(cfg, method)
+    config = settings.run_config(cfg, method)
     if resuming:
         ckpt = runlog.load_checkpoint(ckpt_path)
         for key, old, new in runlog.check_resume(out, saved, config, ckpt["next_step"]):
@@ -472,7 +417,7 @@ def run(cfg, method, out):
     names = [cfg.train] if method == "stored" else ["a", "b"]
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
-    train_problems, heldout = load_data(cfg)
+    train_problems, heldout = settings.load_data(cfg)
     peer_log = None
     if method == "stored":
         peer_log = {}
@@ -547,13 +492,13 @@ def run_parallel(jobs, workers):
 def compare(cfg):
     """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget
     (the two runs go side by side, one per core, when there are two cores)."""
-    model_paths(cfg)  # warm-start the tiny pair once, before the runs
+    settings.model_paths(cfg)  # warm-start the tiny pair once, before the runs
     methods = ("grpo", "graft")
     workers = 1 if cfg.device.startswith("cuda") else min(2, os.cpu_count() or 1)  # one GPU: one run at a time
     results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
     summary = {"config": vars(cfg), "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
-    print_table(results)
+    runlog.print_table(results)
     import plots
     written = plots.plot_runs([cfg.out])
     print(f"\nrun folders: {os.path.join(cfg.out, 'grpo')}  {os.path.join(cfg.out, 'graft')}")
@@ -561,141 +506,9 @@ def compare(cfg):
     return summary
 
 
-def print_table(results):
-    """The main job's report: held-out pass@1 at the start and end, the training reward (T = 1) and
-    all-fail share in the first and last 20% of the steps, and what the exchange did."""
-    fams = [f for f in results["grpo"]["models"]["a"]["start"] if f != "mean"]
-    head = "model  " + "  ".join(f"{f + ' ' + c:>14s}" for f in fams for c in ("start", "GRPO", "GRAFT"))
-    print("\nheld-out pass@1 (T 0.6), start and end of training\n" + head)
-    for name in ("a", "b"):
-        g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
-        print(f"{name:5s}  " + "  ".join(f"{x:14.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
-    print("\ntraining reward (T = 1) and all-fail share per family, first -> last 20% of steps\nmodel  method " +
-          "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in fams))
-    for method, res in results.items():
-        for name, m in res["models"].items():
-            cells = [m["train_reward_first_last"][fam] for fam in fams] + [m["train_all_fail_first_last"][fam] for fam in fams]
-            print(f"{name:5s}  {method:6s} " + "  ".join(f"{a:6.3f} -> {b:.3f}" for a, b in cells))
-    print(f"\n{'model':5s} {'method':6s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
-          f"{'clip self':>10s} {'clip peer':>10s} {'wall s':>7s}")
-    for method, res in results.items():
-        for name, m in res["models"].items():
-            w = f"{m['mean_w']:.3f}" if m["mean_w"] is not None else "-"
-            print(f"{name:5s} {method:6s} {m['groups_exchanged']:10d} {m['responses_admitted']:9d} "
-                  f"{w:>7s} {m['clip_self']:10.4f} {m['clip_peer']:10.4f} {res['wall_seconds']:7.0f}")
-
-
-# The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
-# lr 1e-6, responses up to 4096 tokens, 174 steps = 3 epochs of MATH, validation every 5 steps (pass@1 over 8
-# samples). One large GPU (H200 class, ~100 GB): bf16 autocast over fp32 weights, gradient checkpointing.
-PAPER = dict(steps=174, prompts_per_step=128, lr=1e-6, lr_a=None, lr_b=None, max_new_tokens=4096, eval_every=5,
-             eval_samples=8, eval_problems=500, ckpt_every=25, data="math", dtype="bfloat16", grad_checkpointing=True,
-             gen_batch=32, micro_batch=1)
-
-PRESETS = {  # per-pair defaults; flags given on the command line win
-    # the tiny pair on a CPU: 64 prompts x 8 per step in 2 minibatches (256 responses per AdamW step), lr 1e-4;
-    # 32 steps keep the main job (both models, both methods, warm-start included) under 10 minutes on 2 cores;
-    # micro-batches of 64 sequences keep it under 2 GB (the same gradient, and no slower).
-    # With 16 prompts per step or lr >= 3e-4 RL did not learn or collapsed (docs/tiny_world.md)
-    "tiny": dict(steps=32, prompts_per_step=64, minibatches=2, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48,
-                 eval_every=8, eval_samples=4, eval_problems=200, ckpt_every=8, data="tiny", micro_batch=64),
-    # two ~0.5B instruct models on one 24 GB GPU (~14 GB of weights, grads and AdamW states + ~6 GB peak):
-    # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
-    "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
-              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20, "gen_batch": 32, "micro_batch": 2},
-    "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
-}
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="GRAFT vs GRPO co-training of two language models.")
-    a = p.add_argument
-    a("--pair", default="tiny", choices=sorted(PRESETS), help="model pair preset (sets the defaults below)")
-    a("--model-a", default=None, help="model A: a local folder or hub id (overrides the pair)")
-    a("--model-b", default=None, help="model B: a local folder or hub id (overrides the pair)")
-    a("--data", default="tiny", choices=["tiny", "math", "gsm8k"],
-      help="tiny: the synthetic world; math: MATH train, the paper's five benchmarks held out; gsm8k: train / test")
-    a("--train-data", default=None, help="local .jsonl / .parquet file of the training set (default: from the hub)")
-    a("--eval-data", action="append", default=None, metavar="NAME=PATH",
-      help=f"local file of a held-out set, NAME in {', '.join(tasks.BENCHMARKS)}, gsm8k (repeat; default: the hub)")
-    a("--eval-sets", default=None, help="comma-separated held-out sets (default: all five for math, gsm8k for gsm8k)")
-    a("--method", default="compare", choices=["compare", "graft", "grpo", "stored"],
-      help="compare = GRPO then GRAFT from the same start; stored = one model learns from --peer-log")
-    a("--train", default="b", choices=["a", "b"], help="stored mode: which model trains")
-    a("--peer-log", default=None, help="stored mode: trajectories.jsonl of the partner's GRPO run")
-    # the paper's hyperparameters (App. B) as defaults
-    a("--steps", type=int, default=174, help="training steps (paper: 174 = 3 epochs of MATH)")
-    a("--prompts-per-step", type=int, default=128, help="shared prompts per step")
-    a("--n", type=int, default=8, help="responses per prompt (group size)")
-    a("--minibatches", type=int, default=4, help="minibatches (optimizer steps) per rollout batch, one epoch")
-    a("--lr", type=float, default=1e-6, help="AdamW learning rate (constant)")
-    a("--lr-a", type=float, default=None, help="learning rate of model A (default --lr)")
-    a("--lr-b", type=float, default=None, help="learning rate of model B (default --lr)")
-    a("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up over this many steps (paper: 0)")
-    a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
-    a("--grad-clip", type=float, default=1.0, help="gradient-norm clip")
-    a("--eps-low", type=float, default=0.2, help="clip range below 1 (Eq. 2)")
-    a("--eps-high", type=float, default=0.28, help="clip range above 1 (clip-higher, Eq. 2)")
-    a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
-    a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
-    a("--max-new-tokens", type=int, default=4096, help="max response tokens")
-    a("--lenient-answers", action="store_true",
-      help="also credit an unboxed final answer after '####' or 'the answer is' (paper: only the last \\boxed{})")
-    # ablations (paper Table 2)
-    a("--no-gate", action="store_true", help="ablation: w = 1 for every peer response (no floor, no cap)")
-    a("--no-balance", action="store_true", help="ablation: send every Eq. 4 candidate, no min-m balancing")
-    a("--peer-order", default="last", choices=["last", "first", "shuffle"], help="where peer minibatches go")
-    a("--pooled", action="store_true", help="ablation: advantages over the receiver's and the peer's group together")
-    a("--success-only", action="store_true", help="ablation: transfer only the peer's successful responses")
-    # evaluation
-    a("--eval-every", type=int, default=5, help="evaluate held-out pass@1 every K steps (and at the end)")
-    a("--eval-samples", type=int, default=8, help="samples per held-out problem (pass@1 = mean)")
-    a("--eval-temperature", type=float, default=0.6, help="evaluation temperature")
-    a("--eval-top-p", type=float, default=0.95, help="evaluation top-p")
-    a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
-    # the machine and the run folder
-    a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
-    a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
-    a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
-    a("--threads", type=int, default=None,
-      help="torch CPU threads, recorded in config.json (default: torch's default; 1 per parallel run; "
-           "on --resume the saved count)")
-    a("--dtype", default="float32", choices=["float32", "bfloat16"],
-      help="bfloat16: forward passes under bf16 autocast; weights, grads and AdamW states stay fp32")
-    a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
-      help="recompute layer activations in the backward pass (less memory, ~30%% more update time)")
-    a("--plain-prompt", action="store_true", help="ignore the tokenizer's chat template: bare question + suffix")
-    a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
-    a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
-    a("--out", default=None, help="run folder (default runs/<pair>)")
-    a("--resume", action="store_true",
-      help="continue from the run folder's last checkpoint; refused when a setting differs from its config.json, "
-           "except --steps (to extend), --eval-every, --ckpt-every, --device, --micro-batch, --grad-checkpointing")
-    a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
-    a("--grad-split", action="store_true",
-      help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
-    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default: cache/ next to the code, or $GRAFT_MIN_CACHE)")
-    pair = p.parse_known_args(argv)[0].pair
-    p.set_defaults(**PRESETS[pair])
-    cfg = p.parse_args(argv)
-    cfg.out = cfg.out or os.path.join("runs", cfg.pair)
-    if cfg.method == "stored" and not cfg.peer_log:
-        p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
-    if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
-        p.error("--train-data, --eval-data and --eval-sets need --data math or gsm8k")
-    known, sets = list(tasks.BENCHMARKS) + ["gsm8k"], eval_sets(cfg) if cfg.data != "tiny" else []
-    for name in sets:
-        if name not in known:
-            p.error(f"--eval-sets: unknown set {name!r} (use {', '.join(known)})")
-    for item in cfg.eval_data or []:
-        if "=" not in item or item.split("=", 1)[0] not in sets:
-            p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets {', '.join(sets)}")
-    return cfg
-
-
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = parse_args(argv)
+    cfg = settings.parse_args(argv)
     try:
         if cfg.method == "compare":
             return compare(cfg)

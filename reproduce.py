@@ -25,15 +25,15 @@ single-threaded (--threads 1, part of each run's settings).
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 
 import graft_min
-import pairs
 import plots
 import runlog
+import settings
+import tiny_world
 from tqdm import tqdm
 
 # variant -> (method, extra flags, which models it reports)
@@ -64,7 +64,7 @@ def jobs_for(variants, seeds, flags, root):
             out = os.path.join(root, f"seed{seed}", variant)
             if method == "stored":  # the partner's GRPO (n) log of the same seed
                 extra = extra + ["--peer-log", os.path.join(root, f"seed{seed}", "grpo", "trajectories.jsonl")]
-            cfg = graft_min.parse_args(["--pair", "tiny", "--seed", str(seed), "--method", method, "--out", out,
+            cfg = settings.parse_args(["--pair", "tiny", "--seed", str(seed), "--method", method, "--out", out,
                                         "--resume", *flags, *extra])
             jobs.append((cfg, method, out))
     return jobs
@@ -79,7 +79,7 @@ def check_reuse(jobs):
         if not os.path.exists(os.path.join(out, "checkpoint.pt")):
             continue  # nothing to reuse: the run starts from scratch
         try:
-            runlog.check_config(runlog.saved_config(out), graft_min.run_config(cfg, method),
+            runlog.check_config(runlog.saved_config(out), settings.run_config(cfg, method),
                                 os.path.join(out, "config.json"), ignore=runlog.BOOKKEEPING,
                                 fix="reproduce.py reuses a run folder only with the same settings; "
                                     "give another --root, or delete the folder to rerun it")
@@ -94,8 +94,8 @@ FIRST_LAST = ("all_fail_first_last", "train_reward_first_last", "train_all_fail_
 
 
 def weak_family(model):
-    """The family a tiny model was taught mostly the wrong habit on (pairs.TINY): its weak one."""
-    habits = pairs.TINY["ab".index(model)].habits
+    """The family a tiny model was taught mostly the wrong habit on (tiny_world.TINY): its weak one."""
+    habits = tiny_world.TINY["ab".index(model)].habits
     return max(habits, key=habits.get)
 
 
@@ -144,8 +144,8 @@ def greedy_evals(jobs):
         ckpt = runlog.load_checkpoint(os.path.join(folder, "checkpoint.pt"))
         if ckpt["next_step"] != cfg.steps:
             raise SystemExit(f"reproduce.py: {folder} stopped at step {ckpt['next_step']} of {cfg.steps}")
-        _, heldout = graft_min.load_data(cfg)
-        paths = graft_min.model_paths(cfg)
+        _, heldout = settings.load_data(cfg)
+        paths = settings.model_paths(cfg)
         for m in "ab":
             pol = graft_min.make_policy(m, paths[m], cfg.lr, cfg)
             if (cfg.seed, m) not in start:
@@ -160,7 +160,7 @@ def greedy_evals(jobs):
 
 def greedy_lines(greedy, table, fams, seeds):
     """The markdown table of greedy_evals next to the T 0.6 evaluations, mean over seeds."""
-    samples = graft_min.PRESETS["tiny"]["eval_samples"]
+    samples = settings.PRESETS["tiny"]["eval_samples"]
     lines = [f"#### Evaluation temperature: held-out pass@1 at T 0.6 ({samples} samples) and T {GREEDY_T} (greedy "
              "in effect, 1 sample), mean over seeds", "",
              "| model | family | " + " | ".join(f"{v} T {t}" for v in ("start", "GRPO (n)", "GRAFT")
@@ -335,7 +335,7 @@ def update_between_markers(path, name, text):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Reproduce the paper's tables in the tiny world.")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (every variant runs each)")
-    p.add_argument("--steps", type=int, default=graft_min.PRESETS["tiny"]["steps"],
+    p.add_argument("--steps", type=int, default=settings.PRESETS["tiny"]["steps"],
                    help="steps per run (default: the tiny preset's, as the main job)")
     p.add_argument("--eval-every", type=int, default=None,
                    help="held-out evaluation every K steps (default: the tiny preset's, at least 4 times a run)")
@@ -344,9 +344,9 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
     args = p.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
-    args.eval_every = args.eval_every or min(graft_min.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
+    args.eval_every = args.eval_every or min(settings.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
     flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
-    graft_min.model_paths(graft_min.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
+    settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
     online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
     stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
     check_reuse(online + stored)

@@ -3,7 +3,8 @@ The run folder: atomic JSON and checkpoint writes, JSONL logs, and resume.
 
 A run folder holds config.json, metrics.jsonl (a line per model per step), trajectories.jsonl
 (a line per model, step and prompt: what stored-peer mode reads), evals.jsonl, checkpoint.pt,
-and summary.json (`summarize`: held-out accuracy at start / end / best, exchange statistics).
+and summary.json (`summarize`: held-out accuracy at start / end / best, exchange statistics);
+print_table prints the main job's report from the GRPO and GRAFT runs' summaries.
 Every whole-file write goes to a temporary file that is renamed over the old one, so a run
 killed at any moment leaves either the old or the new file, never half of one. On resume the
 JSONL logs are cut back to the checkpoint's step, so they match a run that was never killed.
@@ -210,3 +211,37 @@ def summarize(out, wall):
                                           for f in sorted(ms[0]["families"])},
         }
     return summary
+
+
+def family_stats(batch, rewards):
+    """Per family: mean reward and share of all-fail groups in this batch."""
+    out = {}
+    for fam in sorted({p.family for p in batch}):
+        idx = [j for j, p in enumerate(batch) if p.family == fam]
+        r = rewards[idx]
+        out[fam] = {"reward": float(r.mean()), "all_fail": float((r.sum(1) == 0).float().mean())}
+    return out
+
+
+def print_table(results):
+    """The main job's report: held-out pass@1 at the start and end, the training reward (T = 1) and
+    all-fail share in the first and last 20% of the steps, and what the exchange did."""
+    fams = [f for f in results["grpo"]["models"]["a"]["start"] if f != "mean"]
+    head = "model  " + "  ".join(f"{f + ' ' + c:>14s}" for f in fams for c in ("start", "GRPO", "GRAFT"))
+    print("\nheld-out pass@1 (T 0.6), start and end of training\n" + head)
+    for name in ("a", "b"):
+        g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
+        print(f"{name:5s}  " + "  ".join(f"{x:14.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
+    print("\ntraining reward (T = 1) and all-fail share per family, first -> last 20% of steps\nmodel  method " +
+          "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in fams))
+    for method, res in results.items():
+        for name, m in res["models"].items():
+            cells = [m["train_reward_first_last"][fam] for fam in fams] + [m["train_all_fail_first_last"][fam] for fam in fams]
+            print(f"{name:5s}  {method:6s} " + "  ".join(f"{a:6.3f} -> {b:.3f}" for a, b in cells))
+    print(f"\n{'model':5s} {'method':6s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
+          f"{'clip self':>10s} {'clip peer':>10s} {'wall s':>7s}")
+    for method, res in results.items():
+        for name, m in res["models"].items():
+            w = f"{m['mean_w']:.3f}" if m["mean_w"] is not None else "-"
+            print(f"{name:5s} {method:6s} {m['groups_exchanged']:10d} {m['responses_admitted']:9d} "
+                  f"{w:>7s} {m['clip_self']:10.4f} {m['clip_peer']:10.4f} {res['wall_seconds']:7.0f}")

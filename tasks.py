@@ -1,17 +1,11 @@
 """
-Problems and prompts (paper Sec. 5.1).
+Problems, prompts and real data (paper Sec. 5.1).
 
     Problem            one verifiable problem: id, family, question, gold answer, and a worked
-                       solution when the task has one (the tiny world's warm-start data)
-    tiny_world         the synthetic two-family arithmetic world the tiny pair trains in
+                       solution when the task has one (the tiny world's traces: tiny_world.py)
     prompt_batch       the shared prompt batch of step t: depends only on (seed, t), so a GRPO
                        run's trajectory log lines up with a later stored-peer run
-
-The tiny world: short worked solutions whose *strategy* carries to unseen prompts.
-  mul   2-digit x 1-digit by decomposition   Q:47*6=  ->  40*6+7*6=240+42=282 \\boxed{282}
-  add   4-digit + 4-digit column by column   Q:2658+4375= -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033}
-Each family's problems are split once (seeded) into train (warm-start and RL) and held-out;
-held-out problems are never used for warm-start or RL.
+    encode_prompt      a model's prompt ids: its chat template when it has one, else the bare question
 
 Real data (the paper's): load_math_train (MATH train, gold = last boxed answer of the solution),
 load_gsm8k (gold = the text after "####") and load_benchmark for the five evaluation sets
@@ -36,74 +30,6 @@ class Problem:
     answer: str  # gold final answer, bare (e.g. "282")
     solution: str = ""  # a worked solution ending in \boxed{answer}, when the task has one
     habit: str = ""  # tiny world only: the same solution carrying the family's systematic mistake
-
-
-# ---------------------------------------------------------------- the tiny world
-
-def column_trace(a, b, op, drop_first_carry=False):
-    """A worked column computation of a (op) b, from the units up, each column written with its
-    carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033};
-    mul 347*6 -> 7*6=42,4*6+4=28,3*6+2=20 \\boxed{2082}.
-    The wrong habit (drop_first_carry): the first non-zero carry is never added to the next
-    column (later carries are), and the answer is read off the columns as written.
-    Returns (trace, the answer the trace ends in)."""
-    bs = str(b)[::-1] if op == "+" else str(b) * len(str(a))  # the second operand's digit per column
-    steps, digits, carry, dropped = [], [], 0, not drop_first_carry
-    for da, db in zip(str(a)[::-1], bs):
-        s = int(da) + int(db) + carry if op == "+" else int(da) * int(db) + carry
-        steps.append(f"{da}{op}{db}" + (f"+{carry}" if carry else "") + f"={s}")
-        digits.append(s % 10)
-        carry = s // 10
-        if carry and not dropped:
-            carry, dropped = 0, True
-    answer = int(str(carry or "") + "".join(map(str, digits[::-1])))
-    return ",".join(steps) + f" \\boxed{{{answer}}}", answer
-
-
-def mul_problem(a, b):
-    """a (2-digit) x b (1-digit), column by column."""
-    solution, answer = column_trace(a, b, "*")
-    assert answer == a * b
-    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(answer), solution, column_trace(a, b, "*", True)[0])
-
-
-def add_problem(a, b):
-    """a + b (3-digit each), column by column."""
-    solution, answer = column_trace(a, b, "+")
-    assert answer == a + b
-    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(answer), solution, column_trace(a, b, "+", True)[0])
-
-
-FAMILIES = {  # family -> (maker, first operand range, second operand range)
-    "mul": (mul_problem, range(12, 100), range(2, 10)),
-    "add": (add_problem, range(100, 1000), range(100, 1000)),
-}
-
-
-@dataclass
-class World:
-    train: dict  # family -> list[Problem]: warm-start examples and RL prompts
-    heldout: dict  # family -> list[Problem]: evaluation only
-
-    def train_problems(self):
-        return [p for fam in sorted(self.train) for p in self.train[fam]]
-
-
-def tiny_world(seed=0, heldout_per_family=200, max_train_per_family=2000):
-    """The two-family world, split (seeded) into train and held-out problems."""
-    rng = random.Random(f"tiny-world-{seed}")
-    train, heldout = {}, {}
-    for fam, (make, first, second) in FAMILIES.items():
-        size = len(first) * len(second)
-        picked = rng.sample(range(size), min(size, heldout_per_family + max_train_per_family))
-        problems = [make(first[i // len(second)], second[i % len(second)]) for i in picked]
-        heldout[fam], train[fam] = problems[:heldout_per_family], problems[heldout_per_family:]
-    return World(train, heldout)
-
-
-def alphabet():
-    """Every character the tiny world can contain (tokenizers must cover it exactly)."""
-    return sorted(set("0123456789+*=,: Q\\boxed{}"))
 
 
 # ---------------------------------------------------------------- batches

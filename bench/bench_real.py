@@ -19,8 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-import graft_min  # noqa: E402
 import pairs  # noqa: E402
+import settings  # noqa: E402
+import tiny_world  # noqa: E402
 from bench_step import time_method  # noqa: E402
 
 
@@ -30,11 +31,11 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args, rest = p.parse_known_args()
     torch.set_num_threads(args.threads)
-    tiny_a, tiny_b = pairs.tiny_pair()
+    tiny_a, tiny_b = tiny_world.tiny_pair()
     real = pairs.ensure_smollm2()
     rows = {}
     for name, model_a in (("tiny A (0.36M) + tiny B", tiny_a), ("SmolLM2-135M + tiny B", real)):
-        cfg = graft_min.parse_args(["--pair", "tiny", "--method", "graft", "--prompts-per-step", "4", *rest,
+        cfg = settings.parse_args(["--pair", "tiny", "--method", "graft", "--prompts-per-step", "4", *rest,
                                     "--model-a", model_a, "--model-b", tiny_b])
         rows[name] = time_method(cfg, "graft", args.steps)
     print(f"{cfg.prompts_per_step} prompts x {cfg.n} responses of <= {cfg.max_new_tokens} tokens per step, "

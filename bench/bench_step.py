@@ -18,15 +18,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import graft_min  # noqa: E402
+import settings  # noqa: E402
 import tasks  # noqa: E402
 
 
 def time_method(cfg, method, steps):
     cfg = graft_min.argparse.Namespace(**{**vars(cfg), "method": method})
-    paths = graft_min.model_paths(cfg)
+    paths = settings.model_paths(cfg)
     lr = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {n: graft_min.make_policy(n, paths[n], lr[n], cfg) for n in "ab"}
-    problems, _ = graft_min.load_data(cfg)
+    problems, _ = settings.load_data(cfg)
     graft_min.train_step(0, policies, tasks.prompt_batch(problems, cfg.seed, 0, cfg.prompts_per_step), cfg)  # warm-up
     parts, exchanged = {"generate": 0.0, "score": 0.0, "graft": 0.0, "update": 0.0}, 0
     t0 = time.perf_counter()
@@ -46,7 +47,7 @@ def main():
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     args, rest = p.parse_known_args()
     torch.set_num_threads(args.threads)
-    cfg = graft_min.parse_args(["--pair", "tiny", *rest])
+    cfg = settings.parse_args(["--pair", "tiny", *rest])
     results = {m: time_method(cfg, m, args.steps) for m in ("grpo", "graft")}
     print(f"{'method':8s} {'s/step':>8s} {'generate':>9s} {'score':>7s} {'graft':>7s} {'update':>7s} {'groups exchanged':>17s}")
     for m, (sec, parts, ex) in results.items():

@@ -8,33 +8,32 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pairs  # noqa: E402
-import tasks  # noqa: E402
+import tiny_world  # noqa: E402
 
 
 def make_model(arch, tokenizer, d=32, layers=2, seed=0):
-    spec = pairs.TinySpec(f"test-{arch}", arch, d_model=d, n_layer=layers, n_head=4, seed=seed)
-    model = pairs.build_tiny_model(spec, tokenizer)
+    spec = tiny_world.TinySpec(f"test-{arch}", arch, d_model=d, n_layer=layers, n_head=4, seed=seed)
+    model = tiny_world.build_tiny_model(spec, tokenizer)
     model.eval()
     return model
 
 
 @pytest.fixture(scope="session")
 def char_tok_a():
-    return pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=1)
+    return tiny_world.char_tokenizer(tiny_world.alphabet(), shuffle_seed=1)
 
 
 @pytest.fixture(scope="session")
 def char_tok_b():
     # same alphabet size as A (so random models score texts alike), different ids
-    return pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=2)
+    return tiny_world.char_tokenizer(tiny_world.alphabet(), shuffle_seed=2)
 
 
 @pytest.fixture(scope="session")
 def bpe_tok():
-    world = tasks.tiny_world()
+    world = tiny_world.make_world()
     corpus = [p.question + p.solution for fam in world.train.values() for p in fam[:300]]
-    return pairs.bpe_tokenizer(corpus, vocab_size=320)
+    return tiny_world.bpe_tokenizer(corpus, vocab_size=320)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +63,7 @@ def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
 @pytest.fixture(scope="session")
 def tiny_pair_ready():
     """Build the warm-started tiny pair once (3-4 min of CPU on a fresh clone; instant when cached)."""
-    return pairs.tiny_pair()
+    return tiny_world.tiny_pair()
 
 
 def pytest_terminal_summary(terminalreporter):

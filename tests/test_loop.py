@@ -18,8 +18,9 @@ import torch
 import graft_min
 import loss
 import rollout
+import settings
 import tasks
-from conftest import make_model
+import tiny_world
 
 
 def fake_reward(text, gold, require_box=True):
@@ -32,7 +33,7 @@ def deterministic_reward(monkeypatch):
 
 
 def cfg_for(*flags):
-    return graft_min.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
+    return settings.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
                                  "--eval-problems", "2", "--eval-samples", "1", "--steps", "2", *flags])
 
 
@@ -46,7 +47,7 @@ def policies(llama, gpt2, char_tok_a, char_tok_b):
 
 
 def batch(step=0, size=6):
-    return tasks.prompt_batch(tasks.tiny_world().train_problems(), 0, step, size)
+    return tasks.prompt_batch(tiny_world.make_world().train_problems(), 0, step, size)
 
 
 # ---------------------------------------------------------------- the replacement and the gate

@@ -11,7 +11,6 @@ so that random models have mixed and all-fail groups and exchanges really happen
 
 import json
 import logging
-import os
 import zlib
 
 import pytest
@@ -20,7 +19,9 @@ import torch
 import graft_min
 import pairs
 import rollout
+import settings
 import tasks
+import tiny_world
 
 QUESTIONS = ["What is $2+3$?", "Compute $7 \\cdot 8$.", "Simplify $\\frac{6}{8}$.", "What is $10-4$?",
              "Find $x$ if $2x=10$.", "What is $3^2$?", "How many sides has a hexagon?", "What is $100/4$?"]
@@ -48,7 +49,7 @@ def build_stand_in(arch, folder, vocab_size, seed):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     corpus = [q + " " + tasks.SUFFIX for q in QUESTIONS] + [TEMPLATES[arch]] * 3
-    tok = pairs.bpe_tokenizer(corpus, vocab_size=vocab_size)
+    tok = tiny_world.bpe_tokenizer(corpus, vocab_size=vocab_size)
     tok.chat_template = TEMPLATES[arch]
     ids = dict(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                bos_token_id=tok.eos_token_id, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -97,7 +98,7 @@ def test_two_graft_steps_and_evaluation_through_the_small_pair_path(stand_ins, d
         return ids
     monkeypatch.setattr(tasks, "encode_prompt", spy)
     out = tmp_path / "run"
-    cfg = graft_min.parse_args([
+    cfg = settings.parse_args([
         "--pair", "small", "--model-a", stand_ins[0], "--model-b", stand_ins[1], "--device", "cpu",
         "--train-data", data["math"], "--eval-sets", "math500,amc23",
         "--eval-data", f"math500={data['math500']}", "--eval-data", f"amc23={data['amc23']}",
@@ -129,7 +130,7 @@ def test_two_graft_steps_and_evaluation_through_the_small_pair_path(stand_ins, d
 
 
 def test_make_policy_sets_up_bf16_autocast_and_checkpointing(stand_ins):
-    cfg = graft_min.parse_args(["--pair", "small", "--device", "cpu", "--micro-batch", "2", "--max-new-tokens", "8"])
+    cfg = settings.parse_args(["--pair", "small", "--device", "cpu", "--micro-batch", "2", "--max-new-tokens", "8"])
     pol = graft_min.make_policy("a", stand_ins[0], 1e-6, cfg)
     assert all(p.dtype == torch.float32 for p in pol.model.parameters())  # fp32 master weights
     ids = torch.tensor([pol.tok.encode("What is 2+3?")])
@@ -142,7 +143,7 @@ def test_make_policy_sets_up_bf16_autocast_and_checkpointing(stand_ins):
     assert gb["total"] == pytest.approx(16 * n / 1e9)
     assert gb["logits"] == pytest.approx(3 * 2 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
     # a micro-batch larger than the minibatch (4 prompts x 4 / 2 = 8 sequences) holds the minibatch
-    cfg = graft_min.parse_args(["--pair", "small", "--micro-batch", "64", "--max-new-tokens", "8",
+    cfg = settings.parse_args(["--pair", "small", "--micro-batch", "64", "--max-new-tokens", "8",
                                 "--prompts-per-step", "4", "--n", "4", "--minibatches", "2"])
     gb = pairs.memory_estimate(pol.model, cfg)
     assert gb["logits"] == pytest.approx(3 * 8 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
@@ -257,9 +258,56 @@ def test_an_unavailable_model_names_the_download_command(offline, tmp_path):
     assert "not available offline" in msg and "hf download graft-min-tests/no-such-model" in msg
     assert "--model-a" in msg and e.value.__cause__ is None and e.value.__suppress_context__
     # the whole --pair small path stops with the same message, before any work
-    cfg = graft_min.parse_args(["--pair", "small", "--device", "cpu", "--out", str(tmp_path / "run")])
+    cfg = settings.parse_args(["--pair", "small", "--device", "cpu", "--out", str(tmp_path / "run")])
     with pytest.raises(pairs.ModelNotAvailable, match="hf download Qwen/Qwen2.5-0.5B-Instruct"):
         graft_min.run(cfg, "graft", cfg.out)
+
+
+def test_a_name_that_cannot_be_a_hub_id_fails_before_any_hub_call(monkeypatch):
+    """A typo such as `--model-a a` (no folder, not owner/name) is refused at once: no connection and no
+    transformers call, which would wait on the hub's retries for about a minute."""
+    import socket
+
+    import transformers
+
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("tried the network"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: pytest.fail("asked transformers"))
+    for name in ("a", "runs/no-such-run/grpo/", "./nothing", "a/b/c"):
+        with pytest.raises(pairs.ModelNotAvailable, match="not a hub id of the form owner/name") as e:
+            pairs.load_policy(name)
+        assert f"model {name!r} is not a local folder" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_unreachable_hub_fails_at_once_with_the_same_message(monkeypatch):
+    import socket
+
+    import transformers
+
+    tried = []
+
+    def unreachable(address, timeout=None):
+        tried.append((address, timeout))
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: pytest.fail("asked transformers"))
+    with pytest.raises(pairs.ModelNotAvailable) as e:
+        pairs.load_policy("graft-min-tests/no-such-model")
+    msg = str(e.value)
+    assert "the hub (huggingface.co) cannot be reached: Network is unreachable" in msg
+    assert "hf download graft-min-tests/no-such-model" in msg
+    assert tried == [(("huggingface.co", 443), 3.0)]
+
+
+def test_a_model_in_the_local_hub_cache_loads_without_asking_the_network(monkeypatch, tmp_path, model_dirs):
+    """hub_problem lets a cached hub id through (transformers then loads it from the cache)."""
+    import socket
+
+    import huggingface_hub
+
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("tried the network"))
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: str(tmp_path / name))
+    assert pairs.hub_problem("someone/cached-model") is None
 
 
 def test_an_unavailable_data_set_names_the_download_command(offline, monkeypatch):

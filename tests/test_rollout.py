@@ -6,13 +6,12 @@ import torch
 from transformers import GenerationConfig
 
 import rollout
-import tasks
+import tiny_world
 from conftest import make_model
-import pairs
 
 
 def _texts():
-    w = tasks.tiny_world()
+    w = tiny_world.make_world()
     return [w.train["mul"][0], w.train["add"][1], w.train["add"][2], w.train["mul"][3]]
 
 
@@ -86,7 +85,7 @@ def test_sampling_ignores_the_models_generation_config(char_tok_a):
 
 
 def test_pad_equal_to_eos_keeps_eos_in_the_mask():
-    tok = pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=3, specials=["<eos>", "<eos2>", "<unk>"])
+    tok = tiny_world.char_tokenizer(tiny_world.alphabet(), shuffle_seed=3, specials=["<eos>", "<eos2>", "<unk>"])
     tok.pad_token = tok.eos_token  # pad == eos, as many real tokenizers have it
     assert tok.pad_token_id == tok.eos_token_id
     eos = tok.eos_token_id
@@ -120,7 +119,7 @@ def test_retokenised_peer_text_decodes_to_the_same_text(src, recv, request):
 
 
 def test_char_tokenizer_round_trip_and_visible_unknowns(char_tok_a, char_tok_b):
-    text = "".join(tasks.alphabet())
+    text = "".join(tiny_world.alphabet())
     for tok in (char_tok_a, char_tok_b):
         assert tok.decode(tok.encode(text)) == text
         assert len(tok.encode(text)) == len(text)
@@ -158,7 +157,7 @@ def test_sample_groups_keeps_the_entropy_of_each_sampled_token(llama, char_tok_a
 def test_sampling_stops_on_every_end_id_of_the_models_generation_config():
     """A stand-in whose generation_config lists two end ids (as Qwen2.5-Instruct's lists <|im_end|>
     and <|endoftext|>): either one ends a response, counts as finished and stays in the loss mask."""
-    tok = pairs.char_tokenizer(tasks.alphabet(), shuffle_seed=4)
+    tok = tiny_world.char_tokenizer(tiny_world.alphabet(), shuffle_seed=4)
     tok.add_tokens(["<end2>"], special_tokens=True)
     eos, end2 = tok.eos_token_id, tok.convert_tokens_to_ids("<end2>")
     torch.manual_seed(0)

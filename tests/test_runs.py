@@ -21,6 +21,7 @@ import graft_min
 import pairs
 import reproduce
 import runlog
+import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +36,7 @@ def deterministic_reward(monkeypatch):
 
 
 def run(model_dirs, out, *flags):
-    cfg = graft_min.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
+    cfg = settings.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
                                 "--eval-problems", "2", "--eval-samples", "1", "--ckpt-every", "1", "--eval-every",
                                 "1", "--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(out), *flags])
     return graft_min.run(cfg, cfg.method, str(out))
@@ -168,7 +169,7 @@ class Started(Exception):
 
 
 def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tmp_path, monkeypatch):
-    monkeypatch.setattr(graft_min, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     started = []
 
     def stop(jobs, workers):
@@ -180,7 +181,7 @@ def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tm
     (cfg, method, out), = reproduce.jobs_for(["grpo"], [0], ["--steps", "100", "--eval-every", "100",
                                                              "--threads", "1"], str(root))
     os.makedirs(out)
-    runlog.write_json(os.path.join(out, "config.json"), graft_min.run_config(cfg, method))
+    runlog.write_json(os.path.join(out, "config.json"), settings.run_config(cfg, method))
     open(os.path.join(out, "checkpoint.pt"), "w").close()
     argv = ["--seeds", "0", "--root", str(root), "--results", str(tmp_path / "results")]
 
@@ -305,7 +306,7 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
     text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall, greedy)
     # B mul: start 0.05 at T 0.6 and 0.25 near-greedy; GRPO 0.05 + 0.05 / 0.07 -> 0.110 and 0.45; GRAFT 0.150 and 0.55
     assert "| B | mul | 0.050 | 0.250 | 0.110 | 0.450 | 0.150 | 0.550 |" in text
-    # weak families from pairs.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
+    # weak families from tiny_world.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
     assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
     assert "- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020." in text
     assert "| GRAFT | 2 | 0.200 +- 0.014 (+0.040) | 0.600 +- 0.014 (+0.040) |" in text  # A: 0.10 + 0.09 / 0.11
@@ -329,7 +330,7 @@ def test_main_job_table_shows_start_end_and_first_last(capsys):
         results[method] = _summary(start, end, (0.8, 0.6), (0.1, 0.25))
         for m in "ab":
             results[method]["models"][m]["mean_w"] = 0.9 if method == "graft" else None
-    graft_min.print_table(results)
+    runlog.print_table(results)
     out = capsys.readouterr().out.splitlines()
     assert out[out.index("model       add start        add GRPO       add GRAFT       mul start        mul GRPO       mul GRAFT") + 1].split() == \
         ["a", "0.100", "0.200", "0.200", "0.500", "0.600", "0.600"]
@@ -351,7 +352,7 @@ def weight_sum(model):
 
 
 def test_greedy_evals_score_the_warm_start_once_and_each_runs_last_checkpoint(model_dirs, tmp_path, monkeypatch):
-    monkeypatch.setattr(graft_min, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     calls = []
 
     def fingerprint(pol, heldout, cfg, step):  # stands in for the evaluation: which weights, how sampled

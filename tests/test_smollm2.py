@@ -23,7 +23,9 @@ import torch
 import graft_min
 import pairs
 import rollout
+import settings
 import tasks
+import tiny_world
 
 T = 1.0  # the rollout temperature (log-probs use the same T)
 PROBLEMS = [  # a MATH-style question with the paper's suffix, and two that this model often answers in a few tokens
@@ -52,8 +54,8 @@ def smollm2(smollm2_dir):
 @pytest.fixture(scope="session")
 def tiny_b_dir(tmp_path_factory):
     """A random GPT-2 of the tiny pair's size with tiny-b's tokenizer (characters: digits, symbols, letters)."""
-    tok = pairs.tiny_tokenizer(pairs.TINY[1])
-    model = pairs.build_tiny_model(pairs.TinySpec("tiny-b-random", "gpt2", 32, 2, 4, seed=3), tok)
+    tok = tiny_world.tiny_tokenizer(tiny_world.TINY[1])
+    model = tiny_world.build_tiny_model(tiny_world.TinySpec("tiny-b-random", "gpt2", 32, 2, 4, seed=3), tok)
     folder = str(tmp_path_factory.mktemp("tiny-b"))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -182,7 +184,7 @@ def test_behaviour_logprobs_equal_what_generate_sampled_from_fp32(sampled):
 
 
 def test_behaviour_logprobs_equal_what_generate_sampled_from_bf16_autocast(smollm2_dir):
-    cfg = graft_min.parse_args(["--pair", "small", "--device", "cpu", "--max-new-tokens", "16"])
+    cfg = settings.parse_args(["--pair", "small", "--device", "cpu", "--max-new-tokens", "16"])
     assert cfg.dtype == "bfloat16"
     pol = graft_min.make_policy("b", smollm2_dir, 1e-6, cfg)
     ro, call = sample_keeping_logits(pol.model, pol.tok, PROBLEMS, n=2, max_new_tokens=16, seed=0)
@@ -220,7 +222,7 @@ def test_retokenize_between_bpe_and_characters_on_sampled_texts(smollm2, sampled
     assert covered > 0 and unknown > 0, "the sampled texts did not exercise both cases"
 
     # and the exchange itself, both ways (Eqs. 6-8; no gate, so every response is kept and its row checked)
-    cfg = graft_min.parse_args(["--pair", "tiny", "--no-gate"])
+    cfg = settings.parse_args(["--pair", "tiny", "--no-gate"])
     for recv, recv_ro, src_ro in ((graft_min.Policy("a", model, tok, None), ro, tiny_ro),
                                   (graft_min.Policy("b", tiny_model, tiny_tok, None), tiny_ro, ro)):
         rewards = torch.tensor([[1.0, 0.0]] * len(PROBLEMS))  # mixed groups

@@ -1,4 +1,4 @@
-"""Tests for pairs.py: the warm-start cache is reused, rebuilt when its spec changes, and a
+"""Tests for tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
 corrupt cache is rebuilt with a warning instead of crashing inside transformers."""
 
 import logging
@@ -8,21 +8,23 @@ import pytest
 import torch
 
 import pairs
+import rollout
+import tiny_world
 
-SPEC = pairs.TinySpec("test-cache", "llama", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5},
+SPEC = tiny_world.TinySpec("test-cache", "llama", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5},
                       steps=2, batch=4, seed=0)
 
 
 @pytest.fixture
 def built(tmp_path):
-    return pairs.ensure_tiny_model(SPEC, str(tmp_path)), tmp_path
+    return tiny_world.ensure_tiny_model(SPEC, str(tmp_path)), tmp_path
 
 
 def test_cache_is_reused(built, monkeypatch):
     path, cache = built
     assert os.path.isfile(os.path.join(path, "tiny_spec.json"))
-    monkeypatch.setattr(pairs, "warm_start", lambda *a: pytest.fail("warm-started again despite a valid cache"))
-    assert pairs.ensure_tiny_model(SPEC, str(cache)) == path
+    monkeypatch.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started again despite a valid cache"))
+    assert tiny_world.ensure_tiny_model(SPEC, str(cache)) == path
     model, tok = pairs.load_policy(path)
     assert tok.decode(tok.encode("Q:12*3=")) == "Q:12*3="
     assert model.config.model_type == "llama"
@@ -30,9 +32,9 @@ def test_cache_is_reused(built, monkeypatch):
 
 def test_changed_spec_builds_a_new_folder(built):
     path, cache = built
-    other = pairs.TinySpec(**{**SPEC.__dict__, "lr": 1e-3})
+    other = tiny_world.TinySpec(**{**SPEC.__dict__, "lr": 1e-3})
     assert other.key() != SPEC.key()
-    assert pairs.ensure_tiny_model(other, str(cache)) != path
+    assert tiny_world.ensure_tiny_model(other, str(cache)) != path
     assert sorted(os.listdir(os.path.join(cache, "tiny"))) == sorted([SPEC.key(), other.key()])
 
 
@@ -44,7 +46,7 @@ def test_corrupt_cache_is_rebuilt_with_a_warning(built, victim, garbage, caplog)
     with open(os.path.join(path, victim), "wb") as f:
         f.write(garbage)
     with caplog.at_level(logging.WARNING, logger="graft_min"):
-        again = pairs.ensure_tiny_model(SPEC, str(cache))
+        again = tiny_world.ensure_tiny_model(SPEC, str(cache))
     assert again == path
     assert any("unusable" in r.message and path in r.message for r in caplog.records)
     pairs.load_policy(path)  # loads cleanly after the rebuild
@@ -53,27 +55,24 @@ def test_corrupt_cache_is_rebuilt_with_a_warning(built, victim, garbage, caplog)
 def test_unfinished_build_leaves_no_cache(tmp_path, monkeypatch):
     def boom(*a):
         raise KeyboardInterrupt
-    monkeypatch.setattr(pairs, "warm_start", boom)
+    monkeypatch.setattr(tiny_world, "warm_start", boom)
     with pytest.raises(KeyboardInterrupt):
-        pairs.ensure_tiny_model(SPEC, str(tmp_path))
+        tiny_world.ensure_tiny_model(SPEC, str(tmp_path))
     assert not os.path.exists(os.path.join(tmp_path, "tiny", SPEC.key()))
 
 
 def test_unknown_arch_is_a_clear_error(char_tok_a):
-    bad = pairs.TinySpec("x", "mamba", d_model=16, n_layer=1, n_head=2)
+    bad = tiny_world.TinySpec("x", "mamba", d_model=16, n_layer=1, n_head=2)
     with pytest.raises(ValueError, match="unknown arch 'mamba'"):
-        pairs.build_tiny_model(bad, char_tok_a)
+        tiny_world.build_tiny_model(bad, char_tok_a)
 
 
 def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
     """A stand-in sampler whose first sample of each prompt is the family's habit trace and whose
     second is the correct solution: habit share 1/2, pass@1 from the verifier, no all-fail prompt
     unless a habit trace is also correct; the peer statistics are shares of the receiver's all-fail."""
-    import rollout
-    import tasks
-
-    world = tasks.tiny_world()
-    world = tasks.World(world.train, {f: ps[:3] for f, ps in world.heldout.items()})
+    world = tiny_world.make_world()
+    world = tiny_world.World(world.train, {f: ps[:3] for f, ps in world.heldout.items()})
     problems = [p for f in sorted(world.heldout) for p in world.heldout[f]]
 
     def fake_sample(model, tok, prompt_ids, n, *a, **k):
@@ -82,7 +81,7 @@ def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
         return rollout.Rollout(prompt_ids, ids, texts, [True] * len(texts), [torch.full((len(i),), -0.1) for i in ids], n)
 
     monkeypatch.setattr(rollout, "sample_groups", fake_sample)
-    report = pairs.world_report(model_dirs, n=2, world=world)
+    report = tiny_world.world_report(model_dirs, n=2, world=world)
     from verifier import reward
     for fam, ps in sorted(world.heldout.items()):
         v = report["models"]["a"][fam]

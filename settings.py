@@ -1,0 +1,174 @@
+"""
+The run's settings, below graft_min.py: every hyperparameter of the command line with its help
+string (defaults = the paper's, App. B), the per-pair presets that override them, and what a
+config names: the two models' folders or hub ids (model_paths) and the training and held-out
+problems (load_data: the tiny world, or MATH / GSM8K and the benchmarks from local files or the hub).
+
+Nothing here trains; graft_min.py imports it, never the other way round.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+
+import pairs
+import tasks
+import tiny_world
+
+
+# The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
+# lr 1e-6, responses up to 4096 tokens, 174 steps = 3 epochs of MATH, validation every 5 steps (pass@1 over 8
+# samples). One large GPU (H200 class, ~100 GB): bf16 autocast over fp32 weights, gradient checkpointing.
+PAPER = dict(steps=174, prompts_per_step=128, lr=1e-6, lr_a=None, lr_b=None, max_new_tokens=4096, eval_every=5,
+             eval_samples=8, eval_problems=500, ckpt_every=25, data="math", dtype="bfloat16", grad_checkpointing=True,
+             gen_batch=32, micro_batch=1)
+
+PRESETS = {  # per-pair defaults; flags given on the command line win
+    # the tiny pair on a CPU: 64 prompts x 8 per step in 2 minibatches (256 responses per AdamW step), lr 1e-4;
+    # 32 steps keep the main job (both models, both methods, warm-start included) under 10 minutes on 2 cores;
+    # micro-batches of 64 sequences keep it under 2 GB (the same gradient, and no slower).
+    # With 16 prompts per step or lr >= 3e-4 RL did not learn or collapsed (docs/tiny_world.md)
+    "tiny": dict(steps=32, prompts_per_step=64, minibatches=2, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48,
+                 eval_every=8, eval_samples=4, eval_problems=200, ckpt_every=8, data="tiny", micro_batch=64),
+    # two ~0.5B instruct models on one 24 GB GPU (~14 GB of weights, grads and AdamW states + ~6 GB peak):
+    # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
+    "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
+              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20, "gen_batch": 32, "micro_batch": 2},
+    "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="GRAFT vs GRPO co-training of two language models.")
+    a = p.add_argument
+    a("--pair", default="tiny", choices=sorted(PRESETS), help="model pair preset (sets the defaults below)")
+    a("--model-a", default=None, help="model A: a local folder or hub id (overrides the pair)")
+    a("--model-b", default=None, help="model B: a local folder or hub id (overrides the pair)")
+    a("--data", default="tiny", choices=["tiny", "math", "gsm8k"],
+      help="tiny: the synthetic world; math: MATH train, the paper's five benchmarks held out; gsm8k: train / test")
+    a("--train-data", default=None, help="local .jsonl / .parquet file of the training set (default: from the hub)")
+    a("--eval-data", action="append", default=None, metavar="NAME=PATH",
+      help=f"local file of a held-out set, NAME in {', '.join(tasks.BENCHMARKS)}, gsm8k (repeat; default: the hub)")
+    a("--eval-sets", default=None, help="comma-separated held-out sets (default: all five for math, gsm8k for gsm8k)")
+    a("--method", default="compare", choices=["compare", "graft", "grpo", "stored"],
+      help="compare = GRPO then GRAFT from the same start; stored = one model learns from --peer-log")
+    a("--train", default="b", choices=["a", "b"], help="stored mode: which model trains")
+    a("--peer-log", default=None, help="stored mode: trajectories.jsonl of the partner's GRPO run")
+    # the paper's hyperparameters (App. B) as defaults
+    a("--steps", type=int, default=174, help="training steps (paper: 174 = 3 epochs of MATH)")
+    a("--prompts-per-step", type=int, default=128, help="shared prompts per step")
+    a("--n", type=int, default=8, help="responses per prompt (group size)")
+    a("--minibatches", type=int, default=4, help="minibatches (optimizer steps) per rollout batch, one epoch")
+    a("--lr", type=float, default=1e-6, help="AdamW learning rate (constant)")
+    a("--lr-a", type=float, default=None, help="learning rate of model A (default --lr)")
+    a("--lr-b", type=float, default=None, help="learning rate of model B (default --lr)")
+    a("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up over this many steps (paper: 0)")
+    a("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
+    a("--grad-clip", type=float, default=1.0, help="gradient-norm clip")
+    a("--eps-low", type=float, default=0.2, help="clip range below 1 (Eq. 2)")
+    a("--eps-high", type=float, default=0.28, help="clip range above 1 (clip-higher, Eq. 2)")
+    a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
+    a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
+    a("--max-new-tokens", type=int, default=4096, help="max response tokens")
+    a("--lenient-answers", action="store_true",
+      help="also credit an unboxed final answer after '####' or 'the answer is' (paper: only the last \\boxed{})")
+    # ablations (paper Table 2)
+    a("--no-gate", action="store_true", help="ablation: w = 1 for every peer response (no floor, no cap)")
+    a("--no-balance", action="store_true", help="ablation: send every Eq. 4 candidate, no min-m balancing")
+    a("--peer-order", default="last", choices=["last", "first", "shuffle"], help="where peer minibatches go")
+    a("--pooled", action="store_true", help="ablation: advantages over the receiver's and the peer's group together")
+    a("--success-only", action="store_true", help="ablation: transfer only the peer's successful responses")
+    # evaluation
+    a("--eval-every", type=int, default=5, help="evaluate held-out pass@1 every K steps (and at the end)")
+    a("--eval-samples", type=int, default=8, help="samples per held-out problem (pass@1 = mean)")
+    a("--eval-temperature", type=float, default=0.6, help="evaluation temperature")
+    a("--eval-top-p", type=float, default=0.95, help="evaluation top-p")
+    a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
+    # the machine and the run folder
+    a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
+    a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    a("--threads", type=int, default=None,
+      help="torch CPU threads, recorded in config.json (default: torch's default; 1 per parallel run; "
+           "on --resume the saved count)")
+    a("--dtype", default="float32", choices=["float32", "bfloat16"],
+      help="bfloat16: forward passes under bf16 autocast; weights, grads and AdamW states stay fp32")
+    a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
+      help="recompute layer activations in the backward pass (less memory, ~30%% more update time)")
+    a("--plain-prompt", action="store_true", help="ignore the tokenizer's chat template: bare question + suffix")
+    a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
+    a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
+    a("--out", default=None, help="run folder (default runs/<pair>)")
+    a("--resume", action="store_true",
+      help="continue from the run folder's last checkpoint; refused when a setting differs from its config.json, "
+           "except --steps (to extend), --eval-every, --ckpt-every, --device, --micro-batch, --grad-checkpointing")
+    a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
+    a("--grad-split", action="store_true",
+      help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
+    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default: cache/ next to the code, or $GRAFT_MIN_CACHE)")
+    pair = p.parse_known_args(argv)[0].pair
+    p.set_defaults(**PRESETS[pair])
+    cfg = p.parse_args(argv)
+    cfg.out = cfg.out or os.path.join("runs", cfg.pair)
+    if cfg.method == "stored" and not cfg.peer_log:
+        p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
+    if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
+        p.error("--train-data, --eval-data and --eval-sets need --data math or gsm8k")
+    known, sets = list(tasks.BENCHMARKS) + ["gsm8k"], eval_sets(cfg) if cfg.data != "tiny" else []
+    for name in sets:
+        if name not in known:
+            p.error(f"--eval-sets: unknown set {name!r} (use {', '.join(known)})")
+    for item in cfg.eval_data or []:
+        if "=" not in item or item.split("=", 1)[0] not in sets:
+            p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets {', '.join(sets)}")
+    return cfg
+
+
+def load_data(cfg):
+    """(training problems, held-out problems per family) for this run.
+
+    math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
+    set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
+    hub (tasks.SOURCES); each held-out family (= benchmark) is cut to --eval-problems."""
+    if cfg.data == "tiny":
+        world = tiny_world.make_world(cfg.world_seed)
+        return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
+    if cfg.data in ("math", "gsm8k"):
+        train = tasks.load_math_train(cfg.train_data) if cfg.data == "math" else tasks.load_gsm8k(cfg.train_data)
+        local = dict(item.split("=", 1) for item in cfg.eval_data or [])
+        heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
+        return train, heldout
+    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'math' or 'gsm8k')")
+
+
+def eval_sets(cfg):
+    """The evaluated benchmarks: --eval-sets, else the paper's five (math) or GSM8K's test split."""
+    if cfg.eval_sets:
+        return cfg.eval_sets.split(",")
+    return list(tasks.BENCHMARKS) if cfg.data == "math" else ["gsm8k"]
+
+
+def model_paths(cfg):
+    """Folders or hub ids of models A and B: --model-a / --model-b win over the pair's."""
+    if cfg.model_a and cfg.model_b:
+        return {"a": cfg.model_a, "b": cfg.model_b}
+    if cfg.pair == "tiny":
+        a, b = tiny_world.tiny_pair(cfg.cache_dir)
+        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    if cfg.pair in pairs.PAIRS:
+        a, b = pairs.PAIRS[cfg.pair]
+        return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use one of {', '.join(PRESETS)}, "
+                     f"or give --model-a and --model-b)")
+
+
+def run_config(cfg, method):
+    """The run's settings as config.json records them: every flag, the method, the model paths,
+    the stored-mode peer and the thread count (the one set now, unless --threads gives it)."""
+    config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
+              "threads": cfg.threads or torch.get_num_threads()}
+    if method == "stored":
+        config["peer"] = "b" if cfg.train == "a" else "a"
+    return json.loads(json.dumps(config))

@@ -1,0 +1,406 @@
+"""
+The tiny world: a synthetic two-family arithmetic world and the two tiny models that train in it
+(a CPU-sized stand-in for the paper's MATH and its 1.7B-3B pairs, Sec. 5.1).
+
+Problems, traces and habits. Each family's answers are worked out column by column, units first,
+each column written with its carry (column_trace):
+    add  3-digit + 3-digit    Q:658+375=  ->  8+5=13,5+7+1=13,6+3+1=10 \\boxed{1033}
+    mul  2-digit x 1-digit    Q:47*6=     ->  7*6=42,4*6+4=28 \\boxed{282}
+Each family also has one systematic wrong habit, "drop the first carry": the first non-zero carry is
+never added to the next column, and the answer is read off the columns as written. A noisy teacher
+writes a TinySpec.habits share of a family's warm-start traces with the habit, so a warm-started model
+holds the right and the wrong habit side by side, and the reward separates them on every prompt.
+Each family's problems are split once (seeded) into train (warm-start and RL prompts) and held-out
+(evaluation only): make_world.
+
+The tiny pair. Two heterogeneous causal LMs built from transformers configs (a Llama-style A and a
+GPT-2-style B, different sizes), each with its own character-level tokenizer built in memory
+(different vocabularies and ids, so transfer really goes through text). Each is warm-started by a
+short supervised pass on its spec's family mix and habit shares (TINY: A weak on add, B weak on
+mul), saved with `save_pretrained` into a cache folder keyed by its spec, and loaded back with
+`from_pretrained` (pairs.load_policy): the same path real models take.
+
+    python tiny_world.py --report    warm-starts the pair (once) and prints the world report: per
+            model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
+            that are exactly the family's wrong-habit trace, and per direction the share of the
+            receiver's all-fail prompts where the peer's group is mixed (Eq. 4's candidates) and how
+            many of those peer responses pass the gate (Eq. 8).
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+import loss
+import rollout
+from pairs import default_cache_dir, load_policy
+from tasks import Problem, encode_prompt
+from verifier import reward
+
+log = logging.getLogger("graft_min")
+
+# ---------------------------------------------------------------- problems, traces and habits
+
+def column_trace(a, b, op, drop_first_carry=False):
+    """A worked column computation of a (op) b, from the units up, each column written with its
+    carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033};
+    mul 347*6 -> 7*6=42,4*6+4=28,3*6+2=20 \\boxed{2082}.
+    The wrong habit (drop_first_carry): the first non-zero carry is never added to the next
+    column (later carries are), and the answer is read off the columns as written.
+    Returns (trace, the answer the trace ends in)."""
+    bs = str(b)[::-1] if op == "+" else str(b) * len(str(a))  # the second operand's digit per column
+    steps, digits, carry, dropped = [], [], 0, not drop_first_carry
+    for da, db in zip(str(a)[::-1], bs):
+        s = int(da) + int(db) + carry if op == "+" else int(da) * int(db) + carry
+        steps.append(f"{da}{op}{db}" + (f"+{carry}" if carry else "") + f"={s}")
+        digits.append(s % 10)
+        carry = s // 10
+        if carry and not dropped:
+            carry, dropped = 0, True
+    answer = int(str(carry or "") + "".join(map(str, digits[::-1])))
+    return ",".join(steps) + f" \\boxed{{{answer}}}", answer
+
+
+def mul_problem(a, b):
+    """a (2-digit) x b (1-digit), column by column."""
+    solution, answer = column_trace(a, b, "*")
+    assert answer == a * b
+    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(answer), solution, column_trace(a, b, "*", True)[0])
+
+
+def add_problem(a, b):
+    """a + b (3-digit each), column by column."""
+    solution, answer = column_trace(a, b, "+")
+    assert answer == a + b
+    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(answer), solution, column_trace(a, b, "+", True)[0])
+
+
+FAMILIES = {  # family -> (maker, first operand range, second operand range)
+    "mul": (mul_problem, range(12, 100), range(2, 10)),
+    "add": (add_problem, range(100, 1000), range(100, 1000)),
+}
+
+
+@dataclass
+class World:
+    train: dict  # family -> list[Problem]: warm-start examples and RL prompts
+    heldout: dict  # family -> list[Problem]: evaluation only
+
+    def train_problems(self):
+        return [p for fam in sorted(self.train) for p in self.train[fam]]
+
+
+def make_world(seed=0, heldout_per_family=200, max_train_per_family=2000):
+    """The two-family world, split (seeded) into train and held-out problems."""
+    rng = random.Random(f"tiny-world-{seed}")
+    train, heldout = {}, {}
+    for fam, (make, first, second) in FAMILIES.items():
+        size = len(first) * len(second)
+        picked = rng.sample(range(size), min(size, heldout_per_family + max_train_per_family))
+        problems = [make(first[i // len(second)], second[i % len(second)]) for i in picked]
+        heldout[fam], train[fam] = problems[:heldout_per_family], problems[heldout_per_family:]
+    return World(train, heldout)
+
+
+def alphabet():
+    """Every character the tiny world can contain (tokenizers must cover it exactly)."""
+    return sorted(set("0123456789+*=,: Q\\boxed{}"))
+
+
+CACHE_VERSION = 4  # bump when the warm-start code or the tiny world changes what a spec produces
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def char_tokenizer(chars, shuffle_seed, specials=SPECIALS):
+    """A character-level fast tokenizer: one token per character, ids in a seeded order.
+
+    Unknown characters become <unk> (visible, never silently dropped); decoding fuses the
+    characters back, so encode -> decode is the identity on the covered alphabet.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(chars))
+    random.Random(shuffle_seed).shuffle(chars)
+    vocab = {tok: i for i, tok in enumerate(list(specials) + chars)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=specials[2]))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], eos_token=specials[1],
+                                   unk_token=specials[2], clean_up_tokenization_spaces=False)
+
+
+def bpe_tokenizer(corpus, vocab_size=300):
+    """A small byte-level BPE trained on `corpus` (GPT-2 style: covers every byte)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS[:2],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIALS[0], eos_token=SPECIALS[1],
+                                   clean_up_tokenization_spaces=False)
+
+
+# ---------------------------------------------------------------- the tiny pair
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Everything that determines one warm-started tiny model (its cache key)."""
+
+    name: str
+    arch: str  # "llama" or "gpt2"
+    d_model: int
+    n_layer: int
+    n_head: int
+    mix: dict = field(default_factory=dict)  # family -> share of warm-start examples
+    habits: dict = field(default_factory=dict)  # family -> share of its warm-start traces with the wrong habit
+    steps: int = 600
+    batch: int = 128
+    lr: float = 2e-3
+    tokenizer_seed: int = 0
+    seed: int = 0
+    world_seed: int = 0
+
+    def key(self):
+        blob = json.dumps({"v": CACHE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+TINY = (  # mirrored recipes: both families half of the warm-start; a noisy teacher on each family (TinySpec.habits)
+    # makes 85% of the weak family's traces and 25% of the strong family's carry the wrong habit
+    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
+             habits={"add": 0.85, "mul": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1),
+    TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
+             habits={"mul": 0.85, "add": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2),
+)
+
+
+def build_tiny_model(spec, tokenizer):
+    """A randomly initialised causal LM from a transformers config."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    ids = dict(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+               bos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(spec.seed)
+    if spec.arch == "llama":
+        config = LlamaConfig(hidden_size=spec.d_model, intermediate_size=3 * spec.d_model,
+                             num_hidden_layers=spec.n_layer, num_attention_heads=spec.n_head,
+                             num_key_value_heads=spec.n_head, max_position_embeddings=256,
+                             tie_word_embeddings=True, **ids)
+        return LlamaForCausalLM(config)
+    if spec.arch == "gpt2":
+        config = GPT2Config(n_embd=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head, n_positions=256,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+        return GPT2LMHeadModel(config)
+    raise ValueError(f"TinySpec {spec.name}: unknown arch {spec.arch!r} (use 'llama' or 'gpt2')")
+
+
+def warm_start(model, tokenizer, spec, world):
+    """Supervised pass on worked solutions of the spec's family mix (loss on response tokens); a
+    spec.habits share of each family's traces carries that family's wrong habit (a noisy teacher)."""
+    rng = random.Random(f"warm-{spec.seed}")
+    families = sorted(spec.mix)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
+    warmup = max(1, spec.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)))
+    model.train()
+    for _ in tqdm(range(spec.steps), desc=f"warm-start {spec.name}", leave=False):
+        fams = rng.choices(families, weights=[spec.mix[f] for f in families], k=spec.batch)
+        probs = [rng.choice(world.train[f]) for f in fams]
+        prompts = [tokenizer.encode(p.question) for p in probs]
+        traces = [p.habit if rng.random() < spec.habits.get(p.family, 0.0) else p.solution for p in probs]
+        responses = [tokenizer.encode(t) + [tokenizer.eos_token_id] for t in traces]
+        logprobs, mask = rollout.token_logprobs(model, prompts, responses, tokenizer.pad_token_id)
+        nll = -(logprobs * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        nll.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    model.eval()
+    return model
+
+
+def tiny_tokenizer(spec):
+    extra = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if spec.arch == "gpt2" else ""
+    return char_tokenizer(alphabet() + list(extra), shuffle_seed=spec.tokenizer_seed)
+
+
+# ---------------------------------------------------------------- warm-started models, cached
+
+def ensure_tiny_model(spec, cache_dir=None, world=None):
+    """Return the cache folder of a warm-started tiny model, building it on first use.
+
+    The folder is written to a temporary name and renamed when complete, so a killed build
+    never leaves a half-written cache. A folder that fails to load is rebuilt (with a warning).
+    """
+    cache_dir = cache_dir or default_cache_dir()
+    path = os.path.join(cache_dir, "tiny", spec.key())
+    if os.path.isdir(path):
+        problem = check_cached_model(path, spec)
+        if problem is None:
+            return path
+        log.warning("cached model %s is unusable (%s); rebuilding it", path, problem)
+        shutil.rmtree(path)
+    world = world or make_world(spec.world_seed)
+    tokenizer = tiny_tokenizer(spec)
+    model = warm_start(build_tiny_model(spec, tokenizer), tokenizer, spec, world)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(path))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    with open(os.path.join(tmp, "tiny_spec.json"), "w") as f:
+        json.dump({"key": spec.key(), **dataclasses.asdict(spec)}, f, indent=1)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if check_cached_model(path, spec) is not None:
+            raise
+        shutil.rmtree(tmp)  # another process finished the same build first: keep theirs
+    return path
+
+
+def check_cached_model(path, spec):
+    """None if `path` holds a complete model for `spec`, else a sentence saying what is wrong."""
+    spec_file = os.path.join(path, "tiny_spec.json")
+    try:
+        with open(spec_file) as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        return f"{spec_file}: {e}"
+    if saved.get("key") != spec.key():
+        return f"{spec_file} belongs to {saved.get('key')}, not {spec.key()}"
+    from safetensors import SafetensorError
+
+    try:
+        load_policy(path, "cpu", torch.float32)
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:
+        return f"loading failed: {type(e).__name__}: {e}"
+    return None
+
+
+def _build_one(spec, cache_dir):
+    torch.set_num_threads(1)  # one core per model: two tiny models warm-start side by side
+    return ensure_tiny_model(spec, cache_dir)
+
+
+def tiny_pair(cache_dir=None, specs=TINY):
+    """Folders of the two warm-started tiny models (built on first use, in parallel processes)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    import multiprocessing
+
+    cache_dir = cache_dir or default_cache_dir()
+    missing = [s for s in specs if not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
+    if len(missing) > 1 and (os.cpu_count() or 1) > 1:
+        try:
+            with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
+                list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
+        except BrokenProcessPool as e:  # e.g. a script read from stdin cannot be spawned
+            log.warning("parallel warm-start failed (%s); building one model after the other", e)
+    return [ensure_tiny_model(spec, cache_dir) for spec in specs]
+
+
+# ---------------------------------------------------------------- the world report
+
+def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed=0, world=None):
+    """Held-out pass@1 and all-fail share per model and family, and per direction and receiver family
+    the gate's statistics on the receiver's all-fail prompts (see the module docstring)."""
+    world = world or make_world()
+    problems = [p for fam in sorted(world.heldout) for p in world.heldout[fam]]
+    policies = [load_policy(p) for p in paths]
+    names = [os.path.basename(p) for p in paths]
+    k, rollouts, habits = [], [], []
+    for i, (model, tok) in enumerate(policies):
+        torch.manual_seed(seed * 1000 + i)
+        ro = rollout.sample_groups(model, tok, [encode_prompt(tok, p) for p in problems], n, max_new_tokens, temperature)
+        r = torch.tensor([reward(t, problems[j // n].answer) for j, t in enumerate(ro.texts)]).view(-1, n)
+        k.append(r.sum(1).long())  # [P] successes per held-out prompt
+        rollouts.append(ro)
+        habits.append([t == problems[j // n].habit for j, t in enumerate(ro.texts)])  # [P * n] the wrong habit, exactly
+    report = {"models": {}, "directions": {}}
+    for i, name in enumerate(names):
+        report["models"][name] = {}
+        for fam in sorted(world.heldout):
+            rows = [j for j, p in enumerate(problems) if p.family == fam]
+            kk = torch.stack([k[i][j] for j in rows]).float()
+            habit = sum(habits[i][j * n + s] for j in rows for s in range(n)) / (n * len(rows))
+            report["models"][name][fam] = {"pass@1": float(kk.mean() / n), "all_fail": float((kk == 0).float().mean()),
+                                           "habit": habit}
+    for src, recv in ((0, 1), (1, 0)):
+        model, tok = policies[recv]
+        for fam in sorted(world.heldout):
+            all_fail = [j for j, p in enumerate(problems) if p.family == fam and k[recv][j] == 0]
+            mixed = [j for j in all_fail if 0 < k[src][j] < n]
+            rows = [j * n + i for j in mixed for i in range(n)]  # the peer responses Eq. 4 would send
+            admitted = float("nan")
+            if rows:
+                ro = rollouts[src]
+                resp = rollout.retokenize([ro.texts[r] for r in rows], [ro.finished[r] for r in rows], tok)
+                prompts = [encode_prompt(tok, problems[r // n]) for r in rows]
+                with torch.no_grad():
+                    lp, mask = rollout.token_logprobs(model, prompts, resp, tok.pad_token_id, temperature)
+                src_mean = torch.stack([ro.logprobs[r].mean() for r in rows])
+                admitted = float((loss.compatibility_weight(loss.mean_logprob(lp, mask), src_mean, delta) > 0).float().mean())
+            report["directions"].setdefault(f"{names[src]} -> {names[recv]}", {})[fam] = {
+                "receiver_all_fail": len(all_fail),
+                "peer_mixed_share": len(mixed) / max(1, len(all_fail)),
+                "peer_any_success_share": sum(1 for j in all_fail if k[src][j] > 0) / max(1, len(all_fail)),
+                "admitted_share": admitted,
+            }
+    return report
+
+
+def print_report(report):
+    print(f"{'model':28s} {'family':6s} {'pass@1':>7s} {'all-fail':>9s} {'habit':>6s}")
+    for name, fams in report["models"].items():
+        for fam, v in fams.items():
+            print(f"{name:28s} {fam:6s} {v['pass@1']:7.3f} {v['all_fail']:9.3f} {v['habit']:6.3f}")
+    print("\nreceiver's all-fail prompts, per direction and family: the share where the peer's group is mixed")
+    print("(Eq. 4's candidates), where it has >= 1 success, and of those mixed groups' responses the share with s > delta")
+    print(f"{'direction (source -> receiver)':56s} {'family':6s} {'all-fail':>8s} {'mixed':>6s} {'>=1':>6s} {'admitted':>9s}")
+    for d, fams in report["directions"].items():
+        for fam, v in fams.items():
+            print(f"{d:56s} {fam:6s} {v['receiver_all_fail']:8d} {v['peer_mixed_share']:6.3f} "
+                  f"{v['peer_any_success_share']:6.3f} {v['admitted_share']:9.3f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Build and warm-start the tiny pair (once, cached); optionally report on its world.")
+    parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
+    parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
+    parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    t0 = time.time()
+    paths = tiny_pair(args.cache_dir)
+    print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
+    if args.report:
+        report = world_report(paths)
+        print_report(report)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
