@@ -10,6 +10,7 @@ Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
     training.png          training reward (T = 1) per model and family over steps, and the entropy of
                           the sampled tokens: is RL learning?
     plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (reproduce.py)
+    plot_regimes          the regime map: GRAFT's edge against the receiver's start, and the gate (regimes.py)
     compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
     clipping.png          share of clipped tokens, self vs peer, over steps (paper Table 9)
     exchange.png          groups exchanged and peer responses admitted per step
@@ -222,6 +223,51 @@ def plot_exchange(metrics, path, title=""):
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
     fig.suptitle(f"Exchange volume {title}")
+    _save(fig, path)
+
+
+def plot_regimes(results, path, eval_every, steps):
+    """regimes.py's map. results: {point: {receiver: point_result}}. Top: GRAFT - GRPO (n) (filled) and
+    GRPO (2n) - GRPO (n) (open) on the receiver's weak sub-skill against what its own samples get right there
+    (T = 1 training reward, first 20% of GRPO (n)'s steps: the held-out pass@1 at T 0.6 is 0 at several points), at the first
+    evaluation and at the end, mean +- std over seeds; circles terse, squares narrated traces. Bottom: the
+    share of peer responses the gate admitted, and the correct share of the groups sent vs admitted."""
+    import statistics
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    colors = {"a": "tab:blue", "b": "tab:orange"}
+    for name, res in results.items():
+        marker = "s" if "narrated" in name else "o"
+        for m, r in res.items():
+            c = colors[m]
+            for ax, when in ((axes[0][0], "first"), (axes[0][1], "end")):
+                for key, fill in (("graft", c), ("grpo2n", "none")):
+                    ys = r[f"{key}_{when}"]
+                    ax.errorbar(r["own_reward"], statistics.mean(ys), yerr=statistics.stdev(ys) if len(ys) > 1 else 0,
+                                marker=marker, color=c, mfc=fill, ms=7, capsize=3, ls="none")
+            axes[1][0].plot(r["own_reward"], r["admitted"], marker=marker, color=c, ls="none", ms=7)
+            axes[1][1].plot(r["own_reward"], r["correct_sent"], marker=marker, color=c, mfc="none", ls="none", ms=7)
+            axes[1][1].plot(r["own_reward"], r["correct_admitted"], marker=marker, color=c, ls="none", ms=7)
+    for ax, title in ((axes[0][0], f"at step {eval_every} (first evaluation)"), (axes[0][1], f"at step {steps} (end)")):
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_title(f"difference to GRPO (n) on the weak sub-skill, {title}")
+        ax.set_ylabel("held-out pass@1 difference (T 0.6)")
+    axes[1][0].set_title("gate: share of peer responses admitted (s > delta)")
+    axes[1][1].set_title("correct share of the groups sent (open) vs admitted (filled)")
+    axes[1][0].set_ylim(0, 1.02)
+    axes[1][1].set_ylim(0, 1.02)
+    from matplotlib.lines import Line2D
+
+    legend = [Line2D([], [], color=colors["a"], marker="o", ls="none", label="receiver A (addc)"),
+              Line2D([], [], color=colors["b"], marker="o", ls="none", label="receiver B (mulc)"),
+              Line2D([], [], color="k", marker="o", ls="none", label="GRAFT - GRPO (n) (filled)"),
+              Line2D([], [], color="k", marker="o", mfc="none", ls="none", label="GRPO (2n) - GRPO (n) (open)"),
+              Line2D([], [], color="k", marker="o", ls="none", mfc="none", label="terse traces: circles"),
+              Line2D([], [], color="k", marker="s", ls="none", mfc="none", label="narrated traces: squares")]
+    axes[0][0].legend(handles=legend, fontsize=8)
+    for ax in axes.flat:
+        ax.set_xlabel("receiver's own T = 1 reward on its weak sub-skill (first 20% of GRPO (n) steps)")
+    fig.suptitle("Where GRAFT's rescue shows: the tiny world's regime map (regimes.py)")
     _save(fig, path)
 
 

@@ -315,10 +315,10 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     return "\n".join(lines)
 
 
-def update_between_markers(path, name, text):
-    """Replace what stands between `<!-- reproduce.py: NAME -->` and `<!-- reproduce.py: end NAME -->`
-    in the file at `path` with `text` (atomically); returns False if the file or its markers are missing."""
-    begin, end = f"<!-- reproduce.py: {name} -->", f"<!-- reproduce.py: end {name} -->"
+def update_between_markers(path, name, text, tool="reproduce.py"):
+    """Replace what stands between `<!-- TOOL: NAME -->` and `<!-- TOOL: end NAME -->` in the file at
+    `path` with `text` (atomically); returns False if the file or its markers are missing."""
+    begin, end = f"<!-- {tool}: {name} -->", f"<!-- {tool}: end {name} -->"
     if not os.path.exists(path):
         return False
     with open(path) as f:

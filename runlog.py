@@ -148,7 +148,7 @@ def check_resume(out, saved, config, next_step):
 # log-probs taken at it), with the same n, response length and prompt format, and on the same
 # prompts (step t's batch depends on the seed, the data and the batch size), from the same model.
 PEER_LOG_MUST_MATCH = ("temperature", "n", "max_new_tokens", "plain_prompt", "seed", "data", "train_data",
-                       "world_seed", "prompts_per_step")
+                       "world_seed", "world_split", "narrate", "prompts_per_step")
 
 
 def check_peer_log(config):

@@ -88,7 +88,18 @@ def parse_args(argv=None):
     a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
     # the machine and the run folder
     a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
+    # the tiny world's knobs (--pair tiny; the same for both models and methods; docs/tiny_world.md)
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
+    a("--world-split", action="store_true",
+      help="tiny world: split each family by whether its units column carries (add / addc, mul / mulc); each "
+           "model's weak skill is then the carrying sub-family only (A: addc, B: mulc)")
+    a("--weak-habit", type=float, default=0.85,
+      help="tiny world: share of the weak (sub-)family's warm-start traces with the wrong habit")
+    a("--strong-habit", type=float, default=0.25,
+      help="tiny world: share of the strong family's warm-start traces with the wrong habit")
+    a("--narrate", action="store_true",
+      help="tiny world: narrated traces (each column says what it writes and carries; ~2x longer, the same "
+           "decisive tokens); give --max-new-tokens 96 or more")
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
     a("--threads", type=int, default=None,
       help="torch CPU threads, recorded in config.json (default: torch's default; 1 per parallel run; "
@@ -112,6 +123,9 @@ def parse_args(argv=None):
     p.set_defaults(**PRESETS[pair])
     cfg = p.parse_args(argv)
     cfg.out = cfg.out or os.path.join("runs", cfg.pair)
+    for flag in ("weak_habit", "strong_habit"):
+        if not 0.0 <= getattr(cfg, flag) <= 1.0:
+            p.error(f"--{flag.replace('_', '-')} {getattr(cfg, flag)}: a share of traces, give a number in [0, 1]")
     if cfg.method == "stored" and not cfg.peer_log:
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
     if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
@@ -133,7 +147,7 @@ def load_data(cfg):
     set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
     hub (tasks.SOURCES); each held-out family (= benchmark) is cut to --eval-problems."""
     if cfg.data == "tiny":
-        world = tiny_world.make_world(cfg.world_seed)
+        world = tiny_world.make_world(cfg.world_seed, cfg.world_split, cfg.narrate)
         return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
     if cfg.data in ("math", "gsm8k"):
         train = tasks.load_math_train(cfg.train_data) if cfg.data == "math" else tasks.load_gsm8k(cfg.train_data)
@@ -150,12 +164,17 @@ def eval_sets(cfg):
     return list(tasks.BENCHMARKS) if cfg.data == "math" else ["gsm8k"]
 
 
+def tiny_specs(cfg):
+    """The tiny pair's TinySpecs for this run's world knobs (tiny_world.pair_specs)."""
+    return tiny_world.pair_specs(cfg.weak_habit, cfg.strong_habit, cfg.world_split, cfg.narrate, cfg.world_seed)
+
+
 def model_paths(cfg):
     """Folders or hub ids of models A and B: --model-a / --model-b win over the pair's."""
     if cfg.model_a and cfg.model_b:
         return {"a": cfg.model_a, "b": cfg.model_b}
     if cfg.pair == "tiny":
-        a, b = tiny_world.tiny_pair(cfg.cache_dir)
+        a, b = tiny_world.tiny_pair(cfg.cache_dir, tiny_specs(cfg))
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
     if cfg.pair in pairs.PAIRS:
         a, b = pairs.PAIRS[cfg.pair]

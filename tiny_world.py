@@ -53,12 +53,15 @@ log = logging.getLogger("graft_min")
 
 # ---------------------------------------------------------------- problems, traces and habits
 
-def column_trace(a, b, op, drop_first_carry=False):
+def column_trace(a, b, op, drop_first_carry=False, narrate=False):
     """A worked column computation of a (op) b, from the units up, each column written with its
     carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033};
     mul 347*6 -> 7*6=42,4*6+4=28,3*6+2=20 \\boxed{2082}.
     The wrong habit (drop_first_carry): the first non-zero carry is never added to the next
     column (later carries are), and the answer is read off the columns as written.
+    narrate: each column also says what it writes and carries, the trace's belief included (a world
+    knob: a longer trace whose right and wrong versions still differ in the same few decisive
+    tokens): 8+5=13 so 3 carry 1,5+7+1=13 so 3 carry 1,... ; with the habit 8+5=13 so 3 carry 0,5+7=12 ...
     Returns (trace, the answer the trace ends in)."""
     bs = str(b)[::-1] if op == "+" else str(b) * len(str(a))  # the second operand's digit per column
     steps, digits, carry, dropped = [], [], 0, not drop_first_carry
@@ -69,27 +72,31 @@ def column_trace(a, b, op, drop_first_carry=False):
         carry = s // 10
         if carry and not dropped:
             carry, dropped = 0, True
+        if narrate:
+            steps[-1] += f" so {s % 10} carry {carry}"
     answer = int(str(carry or "") + "".join(map(str, digits[::-1])))
     return ",".join(steps) + f" \\boxed{{{answer}}}", answer
 
 
-def mul_problem(a, b):
+def mul_problem(a, b, narrate=False):
     """a (2-digit) x b (1-digit), column by column."""
-    solution, answer = column_trace(a, b, "*")
+    solution, answer = column_trace(a, b, "*", narrate=narrate)
     assert answer == a * b
-    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(answer), solution, column_trace(a, b, "*", True)[0])
+    return Problem(f"mul/{a}*{b}", "mul", f"Q:{a}*{b}=", str(answer), solution,
+                   column_trace(a, b, "*", True, narrate)[0])
 
 
-def add_problem(a, b):
+def add_problem(a, b, narrate=False):
     """a + b (3-digit each), column by column."""
-    solution, answer = column_trace(a, b, "+")
+    solution, answer = column_trace(a, b, "+", narrate=narrate)
     assert answer == a + b
-    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(answer), solution, column_trace(a, b, "+", True)[0])
+    return Problem(f"add/{a}+{b}", "add", f"Q:{a}+{b}=", str(answer), solution,
+                   column_trace(a, b, "+", True, narrate)[0])
 
 
-FAMILIES = {  # family -> (maker, first operand range, second operand range)
-    "mul": (mul_problem, range(12, 100), range(2, 10)),
-    "add": (add_problem, range(100, 1000), range(100, 1000)),
+FAMILIES = {  # family -> (maker, first operand range, second operand range, does the units column carry?)
+    "mul": (mul_problem, range(12, 100), range(2, 10), lambda a, b: (a % 10) * b >= 10),
+    "add": (add_problem, range(100, 1000), range(100, 1000), lambda a, b: a % 10 + b % 10 >= 10),
 }
 
 
@@ -102,21 +109,34 @@ class World:
         return [p for fam in sorted(self.train) for p in self.train[fam]]
 
 
-def make_world(seed=0, heldout_per_family=200, max_train_per_family=2000):
-    """The two-family world, split (seeded) into train and held-out problems."""
+def make_world(seed=0, split_carry=False, narrate=False, heldout_per_family=200, max_train_per_family=2000):
+    """The two-family world, split (seeded) into train and held-out problems.
+
+    split_carry (a world knob): each family becomes two, by whether its units column carries: "add" /
+    "mul" (it does not) and "addc" / "mulc" (it does; the habit drops that carry), so that a teacher can
+    teach the habit on one sub-skill only. Each sub-family holds out min(heldout_per_family, a third)
+    of its problems (mul without a units carry has only 194). narrate: column_trace's narrated traces."""
     rng = random.Random(f"tiny-world-{seed}")
     train, heldout = {}, {}
-    for fam, (make, first, second) in FAMILIES.items():
+    for fam, (make, first, second, units_carry) in FAMILIES.items():
         size = len(first) * len(second)
         picked = rng.sample(range(size), min(size, heldout_per_family + max_train_per_family))
-        problems = [make(first[i // len(second)], second[i % len(second)]) for i in picked]
-        heldout[fam], train[fam] = problems[:heldout_per_family], problems[heldout_per_family:]
+        pairs_ab = [(first[i // len(second)], second[i % len(second)]) for i in picked]
+        if not split_carry:
+            problems = [make(x, y, narrate) for x, y in pairs_ab]
+            heldout[fam], train[fam] = problems[:heldout_per_family], problems[heldout_per_family:]
+            continue
+        for sub, carries in ((fam, False), (fam + "c", True)):
+            problems = [dataclasses.replace(p, id=sub + p.id[len(fam):], family=sub)
+                        for p in (make(x, y, narrate) for x, y in pairs_ab if units_carry(x, y) == carries)]
+            k = min(heldout_per_family, len(problems) // 3)
+            heldout[sub], train[sub] = problems[:k], problems[k:]
     return World(train, heldout)
 
 
-def alphabet():
+def alphabet(narrate=False):
     """Every character the tiny world can contain (tokenizers must cover it exactly)."""
-    return sorted(set("0123456789+*=,: Q\\boxed{}"))
+    return sorted(set("0123456789+*=,: Q\\boxed{}" + ("socarry" if narrate else "")))
 
 
 CACHE_VERSION = 4  # bump when the warm-start code or the tiny world changes what a spec produces
@@ -178,19 +198,48 @@ class TinySpec:
     tokenizer_seed: int = 0
     seed: int = 0
     world_seed: int = 0
+    split_carry: bool = False  # world knob: make_world's sub-families by units carry (add / addc, mul / mulc)
+    narrate: bool = False  # world knob: narrated traces (column_trace)
 
     def key(self):
-        blob = json.dumps({"v": CACHE_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        spec = dataclasses.asdict(self)
+        for knob in ("split_carry", "narrate"):  # left out at their defaults: caches made before the knobs stay valid
+            if not spec[knob]:
+                del spec[knob]
+        blob = json.dumps({"v": CACHE_VERSION, **spec}, sort_keys=True)
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-TINY = (  # mirrored recipes: both families half of the warm-start; a noisy teacher on each family (TinySpec.habits)
-    # makes 85% of the weak family's traces and 25% of the strong family's carry the wrong habit
-    TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
-             habits={"add": 0.85, "mul": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1),
-    TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix={"mul": 0.5, "add": 0.5},
-             habits={"mul": 0.85, "add": 0.25}, steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2),
-)
+def pair_specs(weak_habit=0.85, strong_habit=0.25, split_carry=False, narrate=False, world_seed=0):
+    """The tiny pair's two specs: mirrored recipes, each model weak where its teacher mostly used the habit.
+
+    Whole families (split_carry False): A's teacher writes weak_habit of its additions and strong_habit of
+    its multiplications with the habit, B the other way round; half of each warm-start is either family.
+    Sub-skills (split_carry True): the receiver's weak skill is the one sub-family where the units column
+    carries (A: addc, B: mulc), taught with the habit weak_habit of the time; its teacher is clean on the
+    same family without a units carry (so its own groups there hold nothing to learn about that carry), and
+    uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
+    skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family."""
+    if split_carry:
+        mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
+        habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
+        habits_b = {"mul": 0.0, "mulc": weak_habit, "add": strong_habit, "addc": strong_habit}
+    else:
+        mix = {"mul": 0.5, "add": 0.5}
+        habits_a, habits_b = {"add": weak_habit, "mul": strong_habit}, {"mul": weak_habit, "add": strong_habit}
+    world = dict(world_seed=world_seed, split_carry=split_carry, narrate=narrate)
+    return (TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix=mix, habits=habits_a,
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1, **world),
+            TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix=dict(mix), habits=habits_b,
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2, **world))
+
+
+def weak_family(spec):
+    """The (sub-)family a tiny model's teacher used the wrong habit on most: its weak skill."""
+    return max(spec.habits, key=spec.habits.get)
+
+
+TINY = pair_specs()  # the main job's pair: the habit world (docs/tiny_world.md)
 
 
 def build_tiny_model(spec, tokenizer):
@@ -213,21 +262,26 @@ def build_tiny_model(spec, tokenizer):
     raise ValueError(f"TinySpec {spec.name}: unknown arch {spec.arch!r} (use 'llama' or 'gpt2')")
 
 
-def warm_start(model, tokenizer, spec, world):
-    """Supervised pass on worked solutions of the spec's family mix (loss on response tokens); a
-    spec.habits share of each family's traces carries that family's wrong habit (a noisy teacher)."""
+def warm_start_data(spec, world):
+    """The warm-start's examples, one batch a step: (problems, traces) of spec.batch each; families drawn
+    by spec.mix, and a spec.habits share of each family's traces carrying its wrong habit (a noisy teacher)."""
     rng = random.Random(f"warm-{spec.seed}")
     families = sorted(spec.mix)
+    for _ in range(spec.steps):
+        fams = rng.choices(families, weights=[spec.mix[f] for f in families], k=spec.batch)
+        probs = [rng.choice(world.train[f]) for f in fams]
+        yield probs, [p.habit if rng.random() < spec.habits.get(p.family, 0.0) else p.solution for p in probs]
+
+
+def warm_start(model, tokenizer, spec, world):
+    """Supervised pass on warm_start_data (loss on response tokens), AdamW with warm-up and cosine decay."""
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
     warmup = max(1, spec.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)))
     model.train()
-    for _ in tqdm(range(spec.steps), desc=f"warm-start {spec.name}", leave=False):
-        fams = rng.choices(families, weights=[spec.mix[f] for f in families], k=spec.batch)
-        probs = [rng.choice(world.train[f]) for f in fams]
+    for probs, traces in tqdm(warm_start_data(spec, world), total=spec.steps, desc=f"warm-start {spec.name}", leave=False):
         prompts = [tokenizer.encode(p.question) for p in probs]
-        traces = [p.habit if rng.random() < spec.habits.get(p.family, 0.0) else p.solution for p in probs]
         responses = [tokenizer.encode(t) + [tokenizer.eos_token_id] for t in traces]
         logprobs, mask = rollout.token_logprobs(model, prompts, responses, tokenizer.pad_token_id)
         nll = -(logprobs * mask).sum() / mask.sum()
@@ -242,7 +296,7 @@ def warm_start(model, tokenizer, spec, world):
 
 def tiny_tokenizer(spec):
     extra = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if spec.arch == "gpt2" else ""
-    return char_tokenizer(alphabet() + list(extra), shuffle_seed=spec.tokenizer_seed)
+    return char_tokenizer(alphabet(spec.narrate) + list(extra), shuffle_seed=spec.tokenizer_seed)
 
 
 # ---------------------------------------------------------------- warm-started models, cached
@@ -261,7 +315,7 @@ def ensure_tiny_model(spec, cache_dir=None, world=None):
             return path
         log.warning("cached model %s is unusable (%s); rebuilding it", path, problem)
         shutil.rmtree(path)
-    world = world or make_world(spec.world_seed)
+    world = world or make_world(spec.world_seed, spec.split_carry, spec.narrate)
     tokenizer = tiny_tokenizer(spec)
     model = warm_start(build_tiny_model(spec, tokenizer), tokenizer, spec, world)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -389,13 +443,19 @@ def main():
     parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
+    parser.add_argument("--world-split", action="store_true", help="world knob, as graft_min.py's (pair_specs)")
+    parser.add_argument("--narrate", action="store_true", help="world knob, as graft_min.py's (column_trace)")
+    parser.add_argument("--weak-habit", type=float, default=0.85, help="world knob, as graft_min.py's (pair_specs)")
+    parser.add_argument("--strong-habit", type=float, default=0.25, help="world knob, as graft_min.py's (pair_specs)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     t0 = time.time()
-    paths = tiny_pair(args.cache_dir)
+    specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate)
+    paths = tiny_pair(args.cache_dir, specs)
     print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
     if args.report:
-        report = world_report(paths)
+        report = world_report(paths, max_new_tokens=96 if args.narrate else 48,
+                              world=make_world(0, args.world_split, args.narrate))
         print_report(report)
         if args.json:
             with open(args.json, "w") as f:

@@ -1,6 +1,7 @@
 """Tests for tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
 corrupt cache is rebuilt with a warning instead of crashing inside transformers."""
 
+import itertools
 import logging
 import os
 
@@ -90,3 +91,91 @@ def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
         assert v["pass@1"] == pytest.approx(sum(hits) / (2 * len(ps)))
         assert v["all_fail"] == 0.0
     assert report["directions"]["a -> b"]["add"]["receiver_all_fail"] == 0
+
+
+# ---------------------------------------------------------------- the world's knobs (split_carry, narrate)
+
+def test_the_default_pair_keeps_its_cache_keys():
+    """pair_specs() is the landed habit world: the knobs at their defaults leave the cache keys as they were."""
+    assert tiny_world.pair_specs() == tiny_world.TINY
+    assert [s.key() for s in tiny_world.TINY] == ["tiny-a-llama-f314f2f21001", "tiny-b-gpt2-5181a9ca57b6"]
+    keys = {s.key() for s in tiny_world.TINY}
+    for knobs in ({"split_carry": True}, {"narrate": True}, {"weak_habit": 1.0}, {"world_seed": 1}):
+        assert not keys & {s.key() for s in tiny_world.pair_specs(**knobs)}, knobs
+
+
+def test_split_carry_sorts_each_problem_by_its_units_carry():
+    whole, split = tiny_world.make_world(), tiny_world.make_world(split_carry=True)
+    assert sorted(split.train) == ["add", "addc", "mul", "mulc"]
+    for fam, carries in (("add", lambda a, b: a % 10 + b % 10 >= 10), ("mul", lambda a, b: (a % 10) * b >= 10)):
+        op = "+" if fam == "add" else "*"
+        for sub, want in ((fam, False), (fam + "c", True)):
+            ps = split.train[sub] + split.heldout[sub]
+            assert ps and all(p.family == sub and p.id.startswith(sub + "/") for p in ps)
+            assert all(carries(*map(int, p.question[2:-1].split(op))) == want for p in ps)
+            assert not {p.id for p in split.train[sub]} & {p.id for p in split.heldout[sub]}
+        # the same problems as the unsplit world, only sorted in two
+        ids = lambda ps: sorted(p.id.split("/", 1)[1] for p in ps)
+        assert ids(split.train[fam] + split.heldout[fam] + split.train[fam + "c"] + split.heldout[fam + "c"]) == \
+            ids(whole.train[fam] + whole.heldout[fam])
+    # mul without a units carry, a = 12..99 by units digit u and b = 2..9 with u * b < 10: u = 0 and 1 (8 values of a,
+    # 8 of b), u = 2 (9 values of a; b = 2..4), u = 3 (b = 2, 3), u = 4 (b = 2): 182 problems, a third held out
+    assert len(split.train["mul"]) + len(split.heldout["mul"]) == 8 * 8 + 8 * 8 + 9 * 3 + 9 * 2 + 9 * 1
+    assert {f: len(split.heldout[f]) for f in split.heldout} == {"add": 200, "addc": 200, "mul": 60, "mulc": 174}
+
+
+def test_the_habit_drops_exactly_the_units_carry_on_the_carrying_sub_family():
+    split = tiny_world.make_world(split_carry=True)
+    for p in split.train["addc"][:50] + split.train["mulc"][:50]:
+        assert p.habit != p.solution and ",".join(p.habit.split(",")[:1]) == p.solution.split(",")[0]
+        assert "+" not in p.habit.split(",")[1].split("=")[0][3:]  # the second column adds no carry
+    for p in split.train["add"]:  # no units carry: the habit drops a later carry, if any
+        assert p.habit.split(",")[0] == p.solution.split(",")[0]
+
+
+def _trace_shares(spec, world, steps):
+    """{family: (examples, share with the habit trace, share with the right one)} of warm_start_data."""
+    counts = {}
+    for probs, traces in itertools.islice(tiny_world.warm_start_data(spec, world), steps):
+        for p, t in zip(probs, traces):
+            c = counts.setdefault(p.family, [0, 0, 0])
+            c[0] += 1
+            c[1] += t == p.habit and t != p.solution
+            c[2] += t == p.solution
+    return {f: (c[0], c[1] / c[0], c[2] / c[0]) for f, c in counts.items()}
+
+
+@pytest.mark.parametrize("weak", [1.0, 0.9])
+def test_warm_start_data_teaches_the_habit_on_the_weak_sub_skill_only(weak):
+    """A's teacher: the habit on `weak` of its addc traces, never on add, 25% on mul and mulc (where the
+    habit changes the trace); B mirrored. A quarter of the examples per sub-family."""
+    world = tiny_world.make_world(split_carry=True)
+    spec_a, spec_b = tiny_world.pair_specs(weak_habit=weak, split_carry=True)
+    assert (tiny_world.weak_family(spec_a), tiny_world.weak_family(spec_b)) == ("addc", "mulc")
+    for spec, want in ((spec_a, {"addc": weak, "add": 0.0}), (spec_b, {"mulc": weak, "mul": 0.0})):
+        shares = _trace_shares(spec, world, 300)  # 19,200 examples
+        assert sorted(shares) == ["add", "addc", "mul", "mulc"]
+        for fam, (count, habit, right) in shares.items():
+            assert abs(count / 19200 - 0.25) < 0.015
+            assert habit + right == pytest.approx(1.0)  # every trace is one of the two
+            if fam in want:
+                assert habit == pytest.approx(want[fam], abs=0.015) and (want[fam] not in (0.0, 1.0) or habit == want[fam])
+            elif fam in ("addc", "mulc"):  # the peer's skill: the habit always changes a carrying trace
+                assert habit == pytest.approx(0.25, abs=0.02)
+
+
+def test_narrated_traces_are_longer_with_the_same_decisive_step():
+    assert tiny_world.column_trace(658, 375, "+", narrate=True) == \
+        ("8+5=13 so 3 carry 1,5+7+1=13 so 3 carry 1,6+3+1=10 so 0 carry 1 \\boxed{1033}", 1033)
+    assert tiny_world.column_trace(658, 375, "+", True, narrate=True) == \
+        ("8+5=13 so 3 carry 0,5+7=12 so 2 carry 1,6+3+1=10 so 0 carry 1 \\boxed{1023}", 1023)
+    assert tiny_world.column_trace(47, 6, "*", narrate=True)[0] == "7*6=42 so 2 carry 4,4*6+4=28 so 8 carry 2 \\boxed{282}"
+    terse, narrated = tiny_world.make_world(), tiny_world.make_world(narrate=True)
+    for fam, ratio in (("add", 2.2), ("mul", 2.0)):
+        short = sum(len(p.solution) for p in terse.train[fam]) / len(terse.train[fam])
+        long = sum(len(p.solution) for p in narrated.train[fam]) / len(narrated.train[fam])
+        assert long / short == pytest.approx(ratio, abs=0.2), (fam, short, long)
+        assert [p.id for p in terse.train[fam]] == [p.id for p in narrated.train[fam]]  # the same problems
+    chars = set(tiny_world.alphabet(narrate=True))
+    assert all(set(p.solution + p.habit + p.question) <= chars for p in narrated.train["add"] + narrated.train["mul"])
+    assert tiny_world.alphabet() == sorted(set("0123456789+*=,: Q\\boxed{}"))  # the terse world's, as cached

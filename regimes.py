@@ -1,0 +1,178 @@
+"""
+Where does GRAFT's rescue show? A regime map over two knobs of the tiny world (the method untouched).
+
+The paper's claim is that a model learns from prompts on which it never samples a success, because its
+peer did. In the landed habit world each receiver fixes its one global wrong habit from its own mixed
+groups, so GRAFT ends level with GRPO. Here the world is split by sub-skill (--world-split): each
+receiver's weak skill is only the sub-family where the units column carries (A: addc, B: mulc), taught
+with the habit a share --weak-habit of the time, while its teacher is clean on the rest of that family.
+Two knobs, the same for both models and all three methods:
+
+    weak habit  how much of the weak sub-skill the receiver's own samples can teach: at 1.0 its
+                warm-start never saw the right procedure there; at 0.6 it samples it now and then
+    narrate     how much of a response the disagreement is: terse traces (~35 characters) or each
+                column narrated (~75), with the same few decisive tokens (Eq. 7 averages per token)
+
+At each point: GRPO (n), GRPO (2n) and GRAFT from the same warm-start, --seeds each (reproduce.py's
+run folders and reuse rules). Writes results/regimes.png (deltas against what the receiver's own samples
+get right on its weak sub-skill at the start: its T = 1 training reward there in the first 20% of GRPO (n)'s
+steps, since the held-out pass@1 at T 0.6 is 0.000 at several points; at the first evaluation and at the
+end, seed spread as error bars; and what the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a
+later run reuses them without the run folders), and the table between the `<!-- regimes.py: map -->` markers of
+docs/results.md.
+
+    python regimes.py                  # the whole map (resumable: finished runs are reused, others resumed)
+    python regimes.py --report         # the table and figure from the points finished so far
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import graft_min
+import plots
+import reproduce
+import runlog
+import settings
+import tiny_world
+
+VARIANTS = ("grpo_2n", "grpo", "graft")  # the longest first
+
+
+def point_name(weak_habit, narrate):
+    return f"habit{weak_habit:g}" + ("_narrated" if narrate else "_terse")
+
+
+def point_flags(weak_habit, narrate, steps, eval_every):
+    """The graft_min.py flags of one grid point (world knobs, run length, one thread a run)."""
+    flags = ["--world-split", "--weak-habit", str(weak_habit), "--steps", str(steps), "--eval-every", str(eval_every),
+             "--threads", "1"]
+    return flags + (["--narrate", "--max-new-tokens", "96"] if narrate else [])
+
+
+def _diff(root, seeds, variant, base, model, fam, step):
+    """Per seed: held-out pass@1 of `variant` minus `base` on (model, fam) at `step`."""
+    def at(v, s):
+        evals = runlog.read_jsonl(os.path.join(root, f"seed{s}", v, "evals.jsonl"))
+        return next(e[fam] for e in evals if e["model"] == model and e["step"] == step)
+    return [at(variant, s) - at(base, s) for s in seeds]
+
+
+def point_result(root, seeds, eval_every, steps):
+    """What one finished grid point shows, per receiver: start pass@1 on its weak sub-skill, GRAFT - GRPO (n)
+    and GRPO (2n) - GRPO (n) there at the first evaluation and at the end (per seed), the worst GRAFT - GRPO (n)
+    over its other families at the end (mean over seeds), all-fail shares, and the exchange (reproduce.exchange_stats)."""
+    cfg = runlog.read_json(os.path.join(root, f"seed{seeds[0]}", "graft", "config.json"))
+    specs = settings.tiny_specs(argparse.Namespace(**cfg))
+    xs = {s: reproduce.exchange_stats(os.path.join(root, f"seed{s}", "graft")) for s in seeds}
+    out = {}
+    for m, spec in zip("ab", specs):
+        weak = tiny_world.weak_family(spec)
+        start = [next(e[weak] for e in runlog.read_jsonl(os.path.join(root, f"seed{s}", "grpo", "evals.jsonl"))
+                      if e["model"] == m and e["step"] == 0) for s in seeds]
+        summary = {v: [runlog.read_json(os.path.join(root, f"seed{s}", v, "summary.json"))["models"][m] for s in seeds]
+                   for v in ("grpo", "graft")}
+        others = [f for f in summary["grpo"][0]["end"] if f not in (weak, "mean")]
+        out[m] = {"weak": weak, "start": statistics.mean(start),
+                  # what the receiver's own samples get right there (T = 1), first 20% of GRPO (n)'s steps
+                  "own_reward": statistics.mean(x["train_reward_first_last"][weak][0] for x in summary["grpo"]),
+                  "graft_first": _diff(root, seeds, "graft", "grpo", m, weak, eval_every),
+                  "grpo2n_first": _diff(root, seeds, "grpo_2n", "grpo", m, weak, eval_every),
+                  "graft_end": _diff(root, seeds, "graft", "grpo", m, weak, steps),
+                  "grpo2n_end": _diff(root, seeds, "grpo_2n", "grpo", m, weak, steps),
+                  "grpo_end": statistics.mean(x["end"][weak] for x in summary["grpo"]),
+                  "worst_other": min((statistics.mean(g["end"][f] - b["end"][f] for g, b in
+                                                      zip(summary["graft"], summary["grpo"])), f) for f in others),
+                  "all_fail": {v: [statistics.mean(x["train_all_fail_first_last"][weak][i] for x in summary[v])
+                                   for i in (0, 1)] for v in summary},
+                  **{k: statistics.mean(x[m][k] for x in xs.values()) for k in xs[seeds[0]][m]}}
+    return out
+
+
+def table_lines(results, seeds, steps, eval_every):
+    ms = lambda xs: f"{statistics.mean(xs):+.3f} +- {statistics.stdev(xs) if len(xs) > 1 else 0.0:.3f}"
+    lines = [f"Held-out pass@1 (T 0.6) on the receiver's weak sub-skill; deltas mean +- std over seeds {seeds} "
+             f"at step {eval_every} (first evaluation) and step {steps} (end). Exchange: per receiver and step, "
+             "mean over seeds.", "",
+             "| point | receiver (weak) | start | own T = 1 reward, first 20% | GRPO (n) end | GRAFT - GRPO (n), first / end | "
+             "GRPO (2n) - GRPO (n), first / end | worst other family, GRAFT - GRPO (n) | all-fail first -> last 20%, "
+             "GRPO / GRAFT | groups received / own mixed | admitted | correct sent / admitted | net weighted adv |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, res in results.items():
+        for m in "ab":
+            r = res[m]
+            af = " / ".join(f"{a:.2f} -> {b:.2f}" for a, b in (r["all_fail"]["grpo"], r["all_fail"]["graft"]))
+            lines.append(f"| {name} | {m.upper()} ({r['weak']}) | {r['start']:.3f} | {r['own_reward']:.3f} | {r['grpo_end']:.3f} | "
+                         f"{ms(r['graft_first'])} / {ms(r['graft_end'])} | {ms(r['grpo2n_first'])} / {ms(r['grpo2n_end'])} | "
+                         f"{r['worst_other'][0]:+.3f} ({r['worst_other'][1]}) | {af} | "
+                         f"{r['groups_per_step']:.1f} / {r['own_mixed_per_step']:.1f} | {r['admitted']:.2f} | "
+                         f"{r['correct_sent']:.2f} / {r['correct_admitted']:.2f} | {r['net_weighted_adv']:+.1f} |")
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="A regime map of GRAFT vs GRPO over two knobs of the tiny world.")
+    p.add_argument("--weak-habits", type=float, nargs="+", default=[1.0, 0.9, 0.75, 0.6],
+                   help="levels of --weak-habit: the receiver's teacher's habit share on its weak sub-skill")
+    p.add_argument("--narrate", default="off,on", help="levels of --narrate: off, on or off,on")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds per point")
+    p.add_argument("--steps", type=int, default=settings.PRESETS["tiny"]["steps"], help="steps per run")
+    p.add_argument("--eval-every", type=int, default=settings.PRESETS["tiny"]["eval_every"], help="evaluation cadence")
+    p.add_argument("--root", default=os.path.join("runs", "regimes"), help="where the run folders go")
+    p.add_argument("--results", default="results", help="where regimes.png and regimes.json go")
+    p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
+    p.add_argument("--report", action="store_true", help="only write the table and figure from the finished points")
+    args = p.parse_args(argv)
+    narrate = [{"off": False, "on": True}[v] for v in args.narrate.split(",")]
+    grid = [(h, v) for v in narrate for h in args.weak_habits]  # terse points first: the cheaper half
+    log_path = os.path.join(args.root, "wall.json")  # wall time per point, as measured when it ran
+    walls = runlog.read_json(log_path) if os.path.exists(log_path) else {}
+    results, saved_wall = {}, {}
+    for h, v in grid:
+        name, root = point_name(h, v), os.path.join(args.root, point_name(h, v))
+        flags = point_flags(h, v, args.steps, args.eval_every)
+        # a finished point's numbers are kept in results/regimes/<point>.json (committed): a later session
+        # reuses them without the run folders, as long as they were made with the same flags and seeds
+        saved_path, key = os.path.join(args.results, "regimes", f"{name}.json"), {"flags": flags, "seeds": args.seeds}
+        if os.path.exists(saved_path) and runlog.read_json(saved_path)["key"] == key:
+            saved = runlog.read_json(saved_path)
+            results[name], saved_wall[name] = saved["result"], saved["wall_seconds"]
+            continue
+        jobs = reproduce.jobs_for(VARIANTS, args.seeds, flags, root)
+        reproduce.check_reuse(jobs)
+        finished = all(os.path.exists(os.path.join(out, "summary.json")) for _, _, out in jobs)
+        if not finished and not args.report:
+            t0 = time.time()
+            settings.model_paths(settings.parse_args(["--pair", "tiny", *flags]))  # warm-start once, before the workers
+            graft_min.run_parallel(jobs, args.jobs)
+            walls[name] = walls.get(name, 0.0) + time.time() - t0
+            runlog.write_json(log_path, walls)
+            finished = True
+        if finished:
+            results[name], saved_wall[name] = point_result(root, args.seeds, args.eval_every, args.steps), walls.get(name)
+            runlog.write_json(saved_path, {"key": key, "result": results[name], "wall_seconds": saved_wall[name]})
+    if not results:
+        raise SystemExit("regimes.py: no grid point has finished yet; run `python regimes.py` first")
+    lines = table_lines(results, args.seeds, args.steps, args.eval_every)
+    wall = sum(w or 0.0 for w in saved_wall.values())
+    lines += ["", f"Written by `python regimes.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
+                  f"{len(results)} of {len(grid)} points, {wall / 60:.0f} min of wall time with {args.jobs} parallel "
+                  "jobs (warm-starts included)."]
+    text = "\n".join(lines)
+    print(text)
+    runlog.write_json(os.path.join(args.results, "regimes.json"),
+                      {"points": results, "seeds": args.seeds, "steps": args.steps, "eval_every": args.eval_every,
+                       "wall_seconds": saved_wall})
+    png = os.path.join(args.results, "regimes.png")
+    plots.plot_regimes(results, png, args.eval_every, args.steps)
+    print(png)
+    if args.results == "results":
+        here = os.path.dirname(os.path.abspath(__file__))
+        if reproduce.update_between_markers(os.path.join(here, "docs", "results.md"), "map", text, tool="regimes.py"):
+            print("updated docs/results.md")
+
+
+if __name__ == "__main__":
+    main()
