@@ -179,3 +179,17 @@ def test_narrated_traces_are_longer_with_the_same_decisive_step():
     chars = set(tiny_world.alphabet(narrate=True))
     assert all(set(p.solution + p.habit + p.question) <= chars for p in narrated.train["add"] + narrated.train["mul"])
     assert tiny_world.alphabet() == sorted(set("0123456789+*=,: Q\\boxed{}"))  # the terse world's, as cached
+
+
+def test_the_command_line_sets_the_world_knobs(capsys):
+    import settings
+
+    cfg = settings.parse_args(["--world-split", "--weak-habit", "1.0", "--narrate"])
+    assert settings.tiny_specs(cfg) == tiny_world.pair_specs(1.0, 0.25, split_carry=True, narrate=True)
+    assert settings.tiny_specs(settings.parse_args([])) == tiny_world.TINY
+    world_train, world_heldout = settings.load_data(cfg)
+    assert sorted(world_heldout) == ["add", "addc", "mul", "mulc"]
+    assert " so " in world_train[0].solution  # narrated traces
+    with pytest.raises(SystemExit):
+        settings.parse_args(["--weak-habit", "1.5"])
+    assert "--weak-habit 1.5: a share of traces, give a number in [0, 1]" in capsys.readouterr().err
