@@ -313,8 +313,9 @@ def main():
             print(f"{spec.title} ready in {t1 - t0:.1f} s (loaded in {time.time() - t1:.1f} s): {path}\n  {line}")
         if args.what == "fetch":
             t0 = time.time()
-            files = tasks.data_files(tasks.ensure_data(args.cache_dir))
-            print(f"data ready in {time.time() - t0:.1f} s: " + ", ".join(f"{k} {v}" for k, v in files.items()))
+            folder = tasks.ensure_data(args.cache_dir)
+            print(f"data ready in {time.time() - t0:.1f} s: {folder}\n  " +
+                  ", ".join(os.path.basename(path) for path in tasks.data_files(folder).values()))
     except (ModelNotAvailable, tasks.DataNotAvailable, wheels.ChecksumMismatch) as e:
         raise SystemExit(f"pairs.py: {e}") from None
 
