@@ -289,6 +289,11 @@ def make_report(problems, samples, scores, cfg):
     return report
 
 
+def _count(g, kind):
+    """How many of gate_stats' responses are of this kind: all, correct or wrong."""
+    return {"all": g["responses"], "correct": g["correct"], "wrong": g["responses"] - g["correct"]}[kind]
+
+
 def _pct(x):
     return "    -" if x is None else f"{x:5.3f}"
 
@@ -328,14 +333,16 @@ def print_report(report):
             g = v[which]
             if g is None:
                 continue
+            head = f"{s.upper() + ' -> ' + r.upper():16s} {which.replace('_', ' '):24s}"
+            if not g["responses"]:
+                print(f"{head} none")
+                continue
             for kind in ("all", "correct", "wrong"):
-                count = g["responses"] if kind == "all" else g["correct"] if kind == "correct" else g["responses"] - g["correct"]
                 q = g["s"][kind] or {"p10": None, "median": None, "p90": None}
                 lp = g["mean_logprob"]
                 tail = f"  {lp['receiver']:.2f} / {lp['source']:.2f}" if kind == "all" and lp["receiver"] is not None else ""
-                print(f"{s.upper() + ' -> ' + r.upper():16s} {which.replace('_', ' '):24s} {kind:7s} {count:5d} "
-                      f"{_pct(q['p10']):>6s} {_pct(q['median']):>6s} {_pct(q['p90']):>6s} "
-                      + " ".join(f"{_pct(g['admitted'][kind][x]):>5s}" for x in deltas) + tail)
+                print(f"{head} {kind:7s} {_count(g, kind):5d} {_pct(q['p10']):>6s} {_pct(q['median']):>6s} "
+                      f"{_pct(q['p90']):>6s} " + " ".join(f"{_pct(g['admitted'][kind][x]):>5s}" for x in deltas) + tail)
     print("\nwall time (s): " + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in report["seconds"].items()))
 
 
@@ -344,7 +351,8 @@ def print_report(report):
 def plot_report(report, scores, prefix):
     """<prefix>_heatmap.png (k_A x k_B, drawn as plots.plot_heatmap draws a run's), _compatibility.png
     (histograms of s per direction, correct vs wrong peer responses, delta marked), _admitted.png (admitted share vs delta)."""
-    n, delta, label = report["settings"]["n"], report["settings"]["delta"], f"[{os.path.basename(prefix)}]"
+    n, delta = report["settings"]["n"], report["settings"]["delta"]
+    label = "[A = {}, B = {}]".format(*(os.path.basename(os.path.normpath(report["models"][m]["path"])) for m in MODELS))
     paths = [f"{prefix}_{name}.png" for name in ("heatmap", "compatibility", "admitted")]
     grid = report["matrix"]  # [k_B][k_A]
     fig, ax = plots.plt.subplots(figsize=(6, 5))
@@ -353,6 +361,8 @@ def plot_report(report, scores, prefix):
         for j in range(n + 1):
             ax.text(j, i, grid[i][j], ha="center", va="center", fontsize=7,
                     color="w" if grid[i][j] < max(map(max, grid)) / 2 else "k")
+    ax.set_xticks(range(n + 1))
+    ax.set_yticks(range(n + 1))
     ax.set_xlabel("k_A: successes of model A (of n)")
     ax.set_ylabel("k_B: successes of model B (of n)")
     ax.set_title(f"Problems by success counts {label}\n(bottom row: B all-fail; left column: A all-fail)")
@@ -374,20 +384,26 @@ def plot_report(report, scores, prefix):
     axes[0].set_ylabel("peer responses scored")
     fig.suptitle(f"Compatibility of peer responses {label}")
     plots._save(fig, paths[1])
-    fig, ax = plots.plt.subplots(figsize=(7, 4))
-    for (s, r), color in zip(DIRECTIONS, ("tab:orange", "tab:blue")):
-        g = report["directions"][f"{s}_to_{r}"]["eq4_candidates"]
-        for kind, style in (("all", "-"), ("correct", "--"), ("wrong", ":")):
-            xs = [float(x) for x, y in g["admitted"][kind].items() if y is not None]
-            if xs:
-                ax.plot(xs, [g["admitted"][kind][str(x)] for x in xs], style, marker="o", color=color,
-                        label=f"{s.upper()} -> {r.upper()}, {kind}")
-    ax.axvline(0.8, color="k", linestyle="--", lw=0.8, label="paper's delta 0.8")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("delta")
-    ax.set_ylabel("share of Eq. 4 candidates' responses with s > delta")
-    ax.set_title(f"Admitted share vs delta {label}")
-    ax.legend(fontsize=8)
+    which = [w for w in ("eq4_candidates", "all_peer_responses")
+             if any(v[w] is not None for v in report["directions"].values())]
+    fig, axes = plots.plt.subplots(1, len(which), figsize=(6 * len(which), 4), sharey=True, squeeze=False)
+    for ax, w in zip(axes[0], which):
+        for (s, r), color in zip(DIRECTIONS, ("tab:orange", "tab:blue")):
+            g = report["directions"][f"{s}_to_{r}"][w]
+            for kind, style in (("all", "-"), ("correct", "--"), ("wrong", ":")):
+                xs = [float(x) for x, y in g["admitted"][kind].items() if y is not None]
+                if xs:
+                    ax.plot(xs, [g["admitted"][kind][str(x)] for x in xs], style, marker="o", color=color,
+                            label=f"{s.upper()} -> {r.upper()}, {kind} ({_count(g, kind)})")
+        if not any(report["directions"][f"{s}_to_{r}"][w]["responses"] for s, r in DIRECTIONS):
+            ax.text(0.5, 0.5, "none in either direction", ha="center", transform=ax.transAxes)
+        ax.axvline(0.8, color="k", linestyle="--", lw=0.8, label="paper's delta 0.8")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("delta")
+        ax.set_title("Eq. 4 candidates' responses" if w == "eq4_candidates" else "all peer responses")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("share admitted (s > delta)")
+    fig.suptitle(f"Admitted share vs delta {label}")
     plots._save(fig, paths[2])
     return paths
 
@@ -445,10 +461,13 @@ def parse_args(argv=None):
 
 
 def check_folder(cfg):
-    """Start <out>/config.json, or check that the folder was made with this measurement's settings."""
+    """Check that the samples and scores in <out> were made with this measurement's settings (config.json),
+    or (re)write config.json where <out> holds none yet (so a run that stopped before its first chunk, e.g. on
+    a wrong model path, can be started again with other settings)."""
     path = os.path.join(cfg.out, "config.json")
     config = {key: getattr(cfg, key) for key in MUST_MATCH}
-    if os.path.exists(path):
+    started = os.path.isdir(cfg.out) and any(f.endswith(".jsonl") for f in os.listdir(cfg.out))
+    if started:
         runlog.check_config(runlog.read_json(path), config, path, keys=MUST_MATCH,
                             fix="resume with the saved values, or measure into another folder (--out)")
     else:
@@ -459,8 +478,8 @@ def run(cfg, sampler=rollout.sample_groups):
     """The three phases (each skipping what <out> already holds), then the report. Returns it."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    check_folder(cfg)
     problems = select_problems(cfg.data, cfg.data_file, cfg.k, cfg.seed, cfg.math_levels)
+    check_folder(cfg)
     loaded, load_seconds = {}, {}
 
     def policy(m):

@@ -217,6 +217,9 @@ def test_a_killed_run_resumes_to_the_same_samples(tmp_path, model_dirs, gsm8k_fi
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, model_dirs, gsm8k_file):
     out = str(tmp_path / "real_c")
+    with pytest.raises(SystemExit, match="complementarity.py: model .*nope.* is not a local folder"):
+        comp.main(["--model-a", str(tmp_path / "nope"), "--model-b", model_dirs[1], "--data-file", gsm8k_file,
+                   "--k", "6", "--out", out])  # stopped before any sample: the folder may still be used with other settings
     comp.run(args(model_dirs, gsm8k_file, out), sampler=stand_in([]))
     with pytest.raises(SystemExit) as e:
         comp.main(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--data-file", gsm8k_file, "--k", "6",
