@@ -467,6 +467,9 @@ def check_folder(cfg):
     path = os.path.join(cfg.out, "config.json")
     config = {key: getattr(cfg, key) for key in MUST_MATCH}
     started = os.path.isdir(cfg.out) and any(f.endswith(".jsonl") for f in os.listdir(cfg.out))
+    if started and not os.path.exists(path):
+        raise UsageError(f"{cfg.out}: holds samples or scores but no config.json, so their settings cannot be "
+                         f"checked; measure into another folder (--out)")
     if started:
         runlog.check_config(runlog.read_json(path), config, path, keys=MUST_MATCH,
                             fix="resume with the saved values, or measure into another folder (--out)")

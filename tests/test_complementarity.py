@@ -228,6 +228,10 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, model_dirs, gsm
     assert message.startswith(f"complementarity.py: {os.path.join(out, 'config.json')}: 2 setting(s) differ")
     assert "n: saved 2, now 3" in message and "temperature: saved 1.0, now 0.6" in message
     assert "another folder (--out)" in message
+    os.remove(os.path.join(out, "config.json"))
+    with pytest.raises(SystemExit, match="real_c: holds samples or scores but no config.json"):
+        comp.main(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--data-file", gsm8k_file, "--k", "6",
+                   "--out", out])
 
 
 def test_bad_lines_and_missing_data_name_the_fix(tmp_path, model_dirs, capsys):
