@@ -247,7 +247,8 @@ def quantiles(values):
 def gate_stats(records, deltas=DELTAS):
     """Eq. 7-8 statistics over the peer responses of score records: counts, s quantiles and the share
     admitted (s > delta) for each delta, for all responses and split by the source's reward. Responses not
-    scored (s None: empty after re-tokenisation) count in the shares and can never be admitted."""
+    scored (s None: empty after re-tokenisation) count in the shares and can never be admitted. mean_logprob:
+    the mean over scored responses of Eq. 6 (each response's mean log-prob per token), receiver and source."""
     rows = [(s, c, rm, sm) for rec in records for s, c, rm, sm in
             zip(rec["s"], rec["correct"], rec["recv_mean_logprob"], rec["src_mean_logprob"])]
     out = {"responses": len(rows), "correct": sum(c > 0 for _, c, _, _ in rows),
@@ -264,7 +265,7 @@ def gate_stats(records, deltas=DELTAS):
 
 
 def make_report(problems, samples, scores, cfg):
-    """The whole report as a dict (complementarity.json). samples: {"a", "b": {id: record}}; scores:
+    """The whole report as a dict (<out>.json). samples: {"a", "b": {id: record}}; scores:
     {"a_to_b", "b_to_a": {id: record}}; cfg: the run's settings (an argparse.Namespace)."""
     ids = [p.id for p in problems]
     k = {m: [int(sum(samples[m][q]["rewards"])) for q in ids] for m in MODELS}
