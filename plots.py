@@ -240,11 +240,14 @@ def plot_regimes(results, path, eval_every, steps):
         marker = "s" if "narrated" in name else "o"
         for m, r in res.items():
             c = colors[m]
+            habit = name.split("_")[0].replace("habit", "h ")  # the knob's level, next to the GRAFT marker
             for ax, when in ((axes[0][0], "first"), (axes[0][1], "end")):
                 for key, fill in (("graft", c), ("grpo2n", "none")):
                     ys = r[f"{key}_{when}"]
                     ax.errorbar(r["own_reward"], statistics.mean(ys), yerr=statistics.stdev(ys) if len(ys) > 1 else 0,
                                 marker=marker, color=c, mfc=fill, ms=7, capsize=3, ls="none")
+                ax.annotate(habit, (r["own_reward"], statistics.mean(r[f"graft_{when}"])), textcoords="offset points",
+                            xytext=(6, 4), fontsize=7, color=c)
             axes[1][0].plot(r["own_reward"], r["admitted"], marker=marker, color=c, ls="none", ms=7)
             axes[1][1].plot(r["own_reward"], r["correct_sent"], marker=marker, color=c, mfc="none", ls="none", ms=7)
             axes[1][1].plot(r["own_reward"], r["correct_admitted"], marker=marker, color=c, ls="none", ms=7)
@@ -265,8 +268,10 @@ def plot_regimes(results, path, eval_every, steps):
               Line2D([], [], color="k", marker="o", ls="none", mfc="none", label="terse traces: circles"),
               Line2D([], [], color="k", marker="s", ls="none", mfc="none", label="narrated traces: squares")]
     axes[0][0].legend(handles=legend, fontsize=8)
-    for ax in axes.flat:
-        ax.set_xlabel("receiver's own T = 1 reward on its weak sub-skill (first 20% of GRPO (n) steps)")
+    for ax in axes.flat:  # most points sit near 0: linear below 0.01, logarithmic above
+        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("receiver's own T = 1 reward on its weak sub-skill, first 20% of GRPO (n)'s steps")
     fig.suptitle("Where GRAFT's rescue shows: the tiny world's regime map (regimes.py)")
     _save(fig, path)
 
