@@ -27,6 +27,7 @@ docs/results.md.
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -45,11 +46,11 @@ def point_name(weak_habit, narrate):
     return f"habit{weak_habit:g}" + ("_narrated" if narrate else "_terse")
 
 
-def point_flags(weak_habit, narrate, steps, eval_every):
-    """The graft_min.py flags of one grid point (world knobs, run length, one thread a run)."""
+def point_flags(weak_habit, narrate, steps, eval_every, run_flags=()):
+    """The graft_min.py flags of one grid point (world knobs, run length, one thread a run, any extra ones)."""
     flags = ["--world-split", "--weak-habit", str(weak_habit), "--steps", str(steps), "--eval-every", str(eval_every),
              "--threads", "1"]
-    return flags + (["--narrate", "--max-new-tokens", "96"] if narrate else [])
+    return flags + (["--narrate", "--max-new-tokens", "96"] if narrate else []) + list(run_flags)
 
 
 def _diff(root, seeds, variant, base, model, fam, step):
@@ -124,6 +125,8 @@ def main(argv=None):
     p.add_argument("--results", default="results", help="where regimes.png and regimes.json go")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
     p.add_argument("--report", action="store_true", help="only write the table and figure from the finished points")
+    p.add_argument("--run-flags", default="", help="extra graft_min.py flags for every run, in quotes "
+                   "(e.g. a quick look: \"--prompts-per-step 16 --eval-problems 50\"); part of each point's settings")
     args = p.parse_args(argv)
     narrate = [{"off": False, "on": True}[v] for v in args.narrate.split(",")]
     grid = [(h, v) for v in narrate for h in args.weak_habits]  # terse points first: the cheaper half
@@ -132,7 +135,7 @@ def main(argv=None):
     results, saved_wall = {}, {}
     for h, v in grid:
         name, root = point_name(h, v), os.path.join(args.root, point_name(h, v))
-        flags = point_flags(h, v, args.steps, args.eval_every)
+        flags = point_flags(h, v, args.steps, args.eval_every, shlex.split(args.run_flags))
         # a finished point's numbers are kept in results/regimes/<point>.json (committed): a later session
         # reuses them without the run folders, as long as they were made with the same flags and seeds
         saved_path, key = os.path.join(args.results, "regimes", f"{name}.json"), {"flags": flags, "seeds": args.seeds}

@@ -1,0 +1,54 @@
+"""regimes.py on tiny random models: a grid point's numbers are what its run folders say, a finished point is
+kept in results/regimes/<point>.json and reused without its run folders, and only with the same settings."""
+
+import json
+import os
+import zlib
+
+import pytest
+
+import graft_min
+import regimes
+import settings
+
+QUICK = "--prompts-per-step 4 --n 2 --max-new-tokens 6 --eval-problems 3 --eval-samples 1 --ckpt-every 2"
+
+
+def fake_reward(text, gold, require_box=True):
+    return 1.0 if zlib.crc32(text.encode()) % 3 == 0 else 0.0
+
+
+def evals_at(folder, model, step):
+    with open(os.path.join(folder, "evals.jsonl")) as f:
+        return next(e for e in map(json.loads, f) if e["model"] == model and e["step"] == step)
+
+
+def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    monkeypatch.setattr(graft_min, "reward", fake_reward)
+    root, res = tmp_path / "runs", tmp_path / "results"
+    argv = ["--weak-habits", "0.9", "--narrate", "off", "--seeds", "0", "1", "--steps", "2", "--eval-every", "1",
+            "--root", str(root), "--results", str(res), "--jobs", "1", "--run-flags", QUICK]
+    regimes.main(argv)
+    saved = json.loads((res / "regimes" / "habit0.9_terse.json").read_text())
+    assert saved["key"]["seeds"] == [0, 1] and "--world-split" in saved["key"]["flags"]
+    point = saved["result"]
+    assert (point["a"]["weak"], point["b"]["weak"]) == ("addc", "mulc")  # pair_specs' weak sub-skills
+    run = lambda s, v: str(root / "habit0.9_terse" / f"seed{s}" / v)
+    for m, weak in (("a", "addc"), ("b", "mulc")):  # the deltas, read again from the evaluations
+        for key, variant, step in (("graft_first", "graft", 1), ("grpo2n_end", "grpo_2n", 2), ("graft_end", "graft", 2)):
+            want = [evals_at(run(s, variant), m, step)[weak] - evals_at(run(s, "grpo"), m, step)[weak] for s in (0, 1)]
+            assert point[m][key] == pytest.approx(want)
+        assert point[m]["start"] == pytest.approx(sum(evals_at(run(s, "grpo"), m, 0)[weak] for s in (0, 1)) / 2)
+    table = capsys.readouterr().out
+    assert "| habit0.9_terse | A (addc) |" in table and "1 of 1 points" in table
+    assert (res / "regimes.png").is_file()
+
+    # the run folders gone, the point is reused from its JSON file, nothing runs
+    monkeypatch.setattr(graft_min, "run_parallel", lambda *a: pytest.fail("ran again"))
+    os.rename(root, tmp_path / "moved")
+    regimes.main(argv + ["--report"])
+    assert "| habit0.9_terse | A (addc) |" in capsys.readouterr().out
+    # other settings: the saved point does not stand for them
+    with pytest.raises(SystemExit, match="no grid point has finished yet"):
+        regimes.main(argv[:5] + ["0", "2"] + argv[7:] + ["--report"])  # --seeds 0 2
