@@ -94,9 +94,8 @@ FIRST_LAST = ("all_fail_first_last", "train_reward_first_last", "train_all_fail_
 
 
 def weak_family(model):
-    """The family a tiny model was taught mostly the wrong habit on (tiny_world.TINY): its weak one."""
-    habits = tiny_world.TINY["ab".index(model)].habits
-    return max(habits, key=habits.get)
+    """The (sub-)family the tiny preset's model was taught mostly the wrong habit on: its weak one."""
+    return tiny_world.weak_family(settings.tiny_specs(settings.parse_args(["--pair", "tiny"]))["ab".index(model)])
 
 
 def exchange_stats(folder):

@@ -253,3 +253,48 @@ def test_the_converted_models_load_and_their_tokenizers_round_trip(which, reques
             top = model(torch.tensor([prompt])).logits[0, -1].topk(5).indices.tolist()
         paris = tok.convert_tokens_to_ids("▁Paris")
         assert paris != tok.unk_token_id and paris in top  # a base model: " Paris" is among its first 5 guesses
+
+
+# ---------------------------------------------------------------- one GRAFT step of a real pair (issue 20, item 4)
+
+def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatch):
+    """Qwen2.5-Coder-0.5B-Instruct (A) x SmolLM2-135M-Instruct (B), each through its chat template with its own
+    default system prompt, on two GSM8K problems: sampling, re-tokenisation of real text between two BPE
+    vocabularies (151,936 and 49,152 tokens), Eq. 7 on it, and an update with peer responses in the last minibatch.
+    Micro-batches of one sequence: Qwen's fp32 weights, gradients and AdamW moments alone are 10 GB. Neither model solves a problem in 16 tokens, so the rewards are
+    set by hand to force one exchange each way (A is mixed on prompt 0 where B fails all, B on prompt 1); delta 0
+    admits every peer response, so that their tokens go through the clipped objective."""
+    import graft_min
+    import settings
+
+    real_rollout = graft_min.rollout_groups
+
+    def rollout_with_set_rewards(pol, batch, cfg, step):
+        ro, groups = real_rollout(pol, batch, cfg, step)
+        groups.rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0]] if pol.name == "a" else [[0.0, 0.0], [1.0, 0.0]])
+        return ro, groups
+
+    monkeypatch.setattr(graft_min, "rollout_groups", rollout_with_set_rewards)
+    files = tasks.data_files(data_dir)
+    cfg = settings.parse_args(["--pair", "small", "--model-a", qwen_dir, "--model-b", pairs.ensure_smollm2(),
+                               "--data", "gsm8k", "--micro-batch", "1", "--gen-batch", "4",
+                               "--train-data", files["gsm8k_train"], "--device", "cpu", "--dtype", "float32",
+                               "--no-grad-checkpointing", "--prompts-per-step", "2", "--n", "2", "--minibatches", "2",
+                               "--max-new-tokens", "16", "--delta", "0", "--lr", "1e-6", "--threads", "2"])
+    cfg.method = "graft"
+    batch = tasks.load_gsm8k(files["gsm8k_train"])[:2]
+    policies = {m: graft_min.make_policy(m, settings.model_paths(cfg)[m], cfg.lr, cfg) for m in "ab"}
+    a_prompt = policies["a"].tok.decode(tasks.encode_prompt(policies["a"].tok, batch[0]))
+    assert "You are Qwen, created by Alibaba Cloud" in a_prompt and a_prompt.endswith("<|im_start|>assistant\n")
+    b_prompt = policies["b"].tok.decode(tasks.encode_prompt(policies["b"].tok, batch[0]))
+    assert "named SmolLM" in b_prompt and b_prompt.endswith("<|im_start|>assistant\n")
+    before = {m: next(p.model.parameters()).detach().clone() for m, p in policies.items()}
+    metrics, groups = graft_min.train_step(0, policies, batch, cfg)
+    for m, peer_prompt in (("a", 1), ("b", 0)):
+        x = metrics[m]
+        assert x["selected"] == 1 and x["peer_responses"] == 2 == x["admitted"], x  # delta 0: both admitted
+        assert all(0 < s < float("inf") for s in x["s_values"])
+        assert x["tokens_peer"] > 0 and x["peer_minibatch_positions"] == [x["minibatches"] - 1]  # peer-last
+        assert x["skipped_updates"] == 0 and x["loss"] == x["loss"]  # finite
+        assert not torch.equal(before[m], next(policies[m].model.parameters()))  # the update moved the weights
+        assert len(groups[m].texts) == 4 and all("<|im_" not in t for t in groups[m].texts)
