@@ -53,12 +53,9 @@ def point_flags(weak_habit, narrate, steps, eval_every, run_flags=()):
     return flags + (["--narrate", "--max-new-tokens", "96"] if narrate else []) + list(run_flags)
 
 
-def _diff(root, seeds, variant, base, model, fam, step):
-    """Per seed: held-out pass@1 of `variant` minus `base` on (model, fam) at `step`."""
-    def at(v, s):
-        evals = runlog.read_jsonl(os.path.join(root, f"seed{s}", v, "evals.jsonl"))
-        return next(e[fam] for e in evals if e["model"] == model and e["step"] == step)
-    return [at(variant, s) - at(base, s) for s in seeds]
+def _at(curves, variant, seed, model, fam, step):
+    """Held-out pass@1 of one run on (model, fam) at `step`; curves: reproduce.eval_curves' evaluations."""
+    return next(e[fam] for e in curves[variant][seed] if e["model"] == model and e["step"] == step)
 
 
 def point_result(root, seeds, eval_every, steps):
@@ -68,21 +65,22 @@ def point_result(root, seeds, eval_every, steps):
     cfg = runlog.read_json(os.path.join(root, f"seed{seeds[0]}", "graft", "config.json"))
     specs = settings.tiny_specs(argparse.Namespace(**cfg))
     xs = {s: reproduce.exchange_stats(os.path.join(root, f"seed{s}", "graft")) for s in seeds}
+    curves = reproduce.eval_curves(root, {v: seeds for v in VARIANTS})  # each evals.jsonl read once
     out = {}
     for m, spec in zip("ab", specs):
         weak = tiny_world.weak_family(spec)
-        start = [next(e[weak] for e in runlog.read_jsonl(os.path.join(root, f"seed{s}", "grpo", "evals.jsonl"))
-                      if e["model"] == m and e["step"] == 0) for s in seeds]
+        start = [_at(curves, "grpo", s, m, weak, 0) for s in seeds]
+        diff = lambda v, step: [_at(curves, v, s, m, weak, step) - _at(curves, "grpo", s, m, weak, step) for s in seeds]
         summary = {v: [runlog.read_json(os.path.join(root, f"seed{s}", v, "summary.json"))["models"][m] for s in seeds]
                    for v in ("grpo", "graft")}
         others = [f for f in summary["grpo"][0]["end"] if f not in (weak, "mean")]
         out[m] = {"weak": weak, "start": statistics.mean(start),
                   # what the receiver's own samples get right there (T = 1), first 20% of GRPO (n)'s steps
                   "own_reward": statistics.mean(x["train_reward_first_last"][weak][0] for x in summary["grpo"]),
-                  "graft_first": _diff(root, seeds, "graft", "grpo", m, weak, eval_every),
-                  "grpo2n_first": _diff(root, seeds, "grpo_2n", "grpo", m, weak, eval_every),
-                  "graft_end": _diff(root, seeds, "graft", "grpo", m, weak, steps),
-                  "grpo2n_end": _diff(root, seeds, "grpo_2n", "grpo", m, weak, steps),
+                  "graft_first": diff("graft", eval_every),
+                  "grpo2n_first": diff("grpo_2n", eval_every),
+                  "graft_end": diff("graft", steps),
+                  "grpo2n_end": diff("grpo_2n", steps),
                   "grpo_end": statistics.mean(x["end"][weak] for x in summary["grpo"]),
                   "worst_other": min((statistics.mean(g["end"][f] - b["end"][f] for g, b in
                                                       zip(summary["graft"], summary["grpo"])), f) for f in others),
