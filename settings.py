@@ -90,10 +90,11 @@ def parse_args(argv=None):
     a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
     # the tiny world's knobs (--pair tiny; the same for both models and methods; docs/tiny_world.md)
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
-    a("--world-split", action="store_true",
+    a("--world-split", action=argparse.BooleanOptionalAction, default=True,
       help="tiny world: split each family by whether its units column carries (add / addc, mul / mulc); each "
-           "model's weak skill is then the carrying sub-family only (A: addc, B: mulc)")
-    a("--weak-habit", type=float, default=0.85,
+           "model's weak skill is then the carrying sub-family only (A: addc, B: mulc); --no-world-split: whole "
+           "families (with --weak-habit 0.85, the earlier habit world)")
+    a("--weak-habit", type=float, default=0.9,
       help="tiny world: share of the weak (sub-)family's warm-start traces with the wrong habit")
     a("--strong-habit", type=float, default=0.25,
       help="tiny world: share of the strong family's warm-start traces with the wrong habit")
