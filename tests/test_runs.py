@@ -269,7 +269,9 @@ def _summary(start, end, all_fail, reward):
     return {"wall_seconds": 60.0, "models": {"a": model("a"), "b": model("b")}}
 
 
-def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
+def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
+    # a world of two whole families (--no-world-split): A weak on add, B on mul (the preset's split world is addc / mulc)
+    monkeypatch.setattr(reproduce, "weak_family", {"a": "add", "b": "mul"}.get)
     start = {"a": {"add": 0.10, "mul": 0.50}, "b": {"add": 0.70, "mul": 0.05}}
     root = tmp_path / "runs"
     for seed, bump in ((0, 0.0), (1, 0.02)):
@@ -306,7 +308,7 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path):
     text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall, greedy)
     # B mul: start 0.05 at T 0.6 and 0.25 near-greedy; GRPO 0.05 + 0.05 / 0.07 -> 0.110 and 0.45; GRAFT 0.150 and 0.55
     assert "| B | mul | 0.050 | 0.250 | 0.110 | 0.450 | 0.150 | 0.550 |" in text
-    # weak families from tiny_world.TINY: A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
+    # weak families A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
     assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
     assert "- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020." in text
     assert "| GRAFT | 2 | 0.200 +- 0.014 (+0.040) | 0.600 +- 0.014 (+0.040) |" in text  # A: 0.10 + 0.09 / 0.11

@@ -95,12 +95,16 @@ def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
 
 # ---------------------------------------------------------------- the world's knobs (split_carry, narrate)
 
-def test_the_default_pair_keeps_its_cache_keys():
-    """pair_specs() is the landed habit world: the knobs at their defaults leave the cache keys as they were."""
-    assert tiny_world.pair_specs() == tiny_world.TINY
-    assert [s.key() for s in tiny_world.TINY] == ["tiny-a-llama-f314f2f21001", "tiny-b-gpt2-5181a9ca57b6"]
-    keys = {s.key() for s in tiny_world.TINY}
-    for knobs in ({"split_carry": True}, {"narrate": True}, {"weak_habit": 1.0}, {"world_seed": 1}):
+def test_the_worlds_keep_their_cache_keys():
+    """pair_specs() is the main job's world (split, weak habit 0.9: the regime map's habit0.9_terse point, whose
+    warm-starts regimes.py and reproduce.py share); the earlier habit world of whole families keeps the keys it
+    was cached under (knobs absent from the key at TinySpec's defaults); every knob moves the key."""
+    assert tiny_world.pair_specs() == tiny_world.TINY == tiny_world.pair_specs(0.9, 0.25, split_carry=True)
+    assert [s.key() for s in tiny_world.TINY] == ["tiny-a-llama-4a2aca6ba422", "tiny-b-gpt2-e8174788c5f7"]
+    habit_world = tiny_world.pair_specs(0.85, split_carry=False)
+    assert [s.key() for s in habit_world] == ["tiny-a-llama-f314f2f21001", "tiny-b-gpt2-5181a9ca57b6"]
+    keys = {s.key() for s in tiny_world.TINY} | {s.key() for s in habit_world}
+    for knobs in ({"split_carry": False}, {"narrate": True}, {"weak_habit": 1.0}, {"world_seed": 1}):
         assert not keys & {s.key() for s in tiny_world.pair_specs(**knobs)}, knobs
 
 
@@ -187,6 +191,8 @@ def test_the_command_line_sets_the_world_knobs(capsys):
     cfg = settings.parse_args(["--world-split", "--weak-habit", "1.0", "--narrate"])
     assert settings.tiny_specs(cfg) == tiny_world.pair_specs(1.0, 0.25, split_carry=True, narrate=True)
     assert settings.tiny_specs(settings.parse_args([])) == tiny_world.TINY
+    cfg_whole = settings.parse_args(["--no-world-split", "--weak-habit", "0.85"])
+    assert settings.tiny_specs(cfg_whole) == tiny_world.pair_specs(0.85, split_carry=False)
     world_train, world_heldout = settings.load_data(cfg)
     assert sorted(world_heldout) == ["add", "addc", "mul", "mulc"]
     assert " so " in world_train[0].solution  # narrated traces
