@@ -7,7 +7,7 @@ Default: both rows run the tiny pair's preset (n 8 responses of at most 48 token
 prompts per step instead of 64, on the tiny world's prompts with the real verifier. Only model A differs: the
 warm-started tiny Llama, or SmolLM2-135M-Instruct converted from its PyPI wheel (pairs.ensure_smollm2; no hub).
 Model B is the warm-started tiny GPT-2 in both.
---cpu-pair: GRPO and GRAFT steps of `python graft_min.py --pair cpu` at its preset's sizes (Qwen2.5-Coder-0.5B-
+--cpu-pair: GRAFT steps of `python graft_min.py --pair cpu` at its preset's sizes (Qwen2.5-Coder-0.5B-
 Instruct x SmolLM2-135M-Instruct on GSM8K, pairs.CPU_PAIR), the number docs/real_models.md and the preset state.
 The times are the sum over both models; one warm-up step is not timed.
 """
@@ -32,14 +32,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=2, help="timed steps per row")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--cpu-pair", action="store_true", help="time GRPO and GRAFT steps of the `--pair cpu` preset")
+    p.add_argument("--cpu-pair", action="store_true", help="time GRAFT steps of the `--pair cpu` preset")
     args, rest = p.parse_known_args()
     torch.set_num_threads(args.threads)
     rows = {}
     if args.cpu_pair:
         cfg = settings.parse_args(["--pair", "cpu", "--threads", str(args.threads), *rest])
-        for method in ("grpo", "graft"):
-            rows[f"{method}: Qwen-Coder + SmolLM2"] = time_method(cfg, method, args.steps)
+        rows["Qwen-Coder + SmolLM2"] = time_method(cfg, "graft", args.steps)
     else:
         tiny_a, tiny_b = tiny_world.tiny_pair()
         real = pairs.ensure_smollm2()

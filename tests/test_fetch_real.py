@@ -280,7 +280,8 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
     cfg = settings.parse_args(["--pair", "cpu", "--micro-batch", "1", "--gen-batch", "4", "--device", "cpu",
                                "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "16", "--delta", "0",
                                "--threads", "2"])
-    assert (cfg.data, cfg.dtype, cfg.grad_checkpointing, cfg.minibatches, cfg.lr) == ("gsm8k", "float32", False, 2, 1e-6)
+    assert (cfg.data, cfg.dtype, cfg.grad_checkpointing, cfg.minibatches, cfg.lr, cfg.lenient_answers) == (
+        "gsm8k", "float32", False, 2, 1e-6, True)
     assert settings.model_paths(cfg) == {"a": qwen_dir, "b": pairs.ensure_smollm2()}
     train, heldout = settings.load_data(cfg)
     assert train == tasks.load_gsm8k(files["gsm8k_train"]) and len(train) == 7473
