@@ -491,10 +491,12 @@ def run_parallel(jobs, workers):
 
 def compare(cfg):
     """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget
-    (the two runs go side by side, one per core, when there are two cores)."""
-    settings.model_paths(cfg)  # warm-start the tiny pair once, before the runs
+    (the tiny pair's two runs go side by side, one per core, when there are two cores; real models
+    one run at a time: one GPU, or a CPU's memory, ~17 GB a run for `--pair cpu`)."""
+    settings.model_paths(cfg)  # warm-start the tiny pair (or fetch the cpu pair) once, before the runs
     methods = ("grpo", "graft")
-    workers = 1 if cfg.device.startswith("cuda") else min(2, os.cpu_count() or 1)  # one GPU: one run at a time
+    side_by_side = cfg.pair == "tiny" and not (cfg.model_a or cfg.model_b) and not cfg.device.startswith("cuda")
+    workers = min(2, os.cpu_count() or 1) if side_by_side else 1
     results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
     summary = {"config": vars(cfg), "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)

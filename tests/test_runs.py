@@ -382,3 +382,27 @@ def test_greedy_evals_score_the_warm_start_once_and_each_runs_last_checkpoint(mo
     runlog.save_checkpoint(os.path.join(jobs[1][2], "checkpoint.pt"), {"next_step": 2, "models": models})
     with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
         reproduce.greedy_evals(jobs)
+
+
+@pytest.mark.parametrize("argv, workers", [(["--pair", "tiny"], 2), (["--pair", "tiny", "--device", "cuda"], 1),
+                                           (["--pair", "cpu"], 1), (["--pair", "small", "--device", "cpu"], 1)])
+def test_the_main_job_runs_real_models_one_at_a_time(argv, workers, monkeypatch, tmp_path):
+    """Two tiny runs go side by side on two cores; a real pair's runs go one after the other (one GPU, or a
+    CPU's memory: a `--pair cpu` run peaks at ~17 GB), stopped here before anything loads."""
+    import settings
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def stop(jobs, n):
+        seen.append((len(jobs), n))
+        raise Stop
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": "A", "b": "B"})
+    monkeypatch.setattr(graft_min, "run_parallel", stop)
+    with pytest.raises(Stop):
+        graft_min.compare(settings.parse_args([*argv, "--out", str(tmp_path)]))
+    assert seen == [(2, workers)]
