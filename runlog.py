@@ -21,6 +21,8 @@ import tempfile
 
 import torch
 
+from wheels import share_modes
+
 # config.json keys that say where things go, not what is computed: never compared
 BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir")
 # keys that may change when a run is resumed: the number of steps (to extend the run, never to
@@ -45,6 +47,7 @@ def _atomic(path, write):
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        share_modes(tmp)  # mkstemp's 600 -> the umask's, as open() would give
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

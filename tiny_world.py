@@ -17,8 +17,9 @@ The tiny pair. Two heterogeneous causal LMs built from transformers configs (a L
 GPT-2-style B, different sizes), each with its own character-level tokenizer built in memory
 (different vocabularies and ids, so transfer really goes through text). Each is warm-started by a
 short supervised pass on its spec's family mix and habit shares (TINY, the main job's pair: each
-family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with `save_pretrained` into a cache folder keyed by its spec, and loaded back with
-`from_pretrained` (pairs.load_policy): the same path real models take.
+family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with
+`save_pretrained` into a cache folder keyed by its spec, and loaded back with `from_pretrained`
+(pairs.load_policy): the same path real models take.
 
     python tiny_world.py --report    warm-starts the pair (once) and prints the world report: per
             model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
@@ -48,6 +49,7 @@ import rollout
 from pairs import default_cache_dir, load_policy
 from tasks import Problem, encode_prompt
 from verifier import reward
+from wheels import share_modes
 
 log = logging.getLogger("graft_min")
 
@@ -326,6 +328,7 @@ def ensure_tiny_model(spec, cache_dir=None, world=None):
     tokenizer.save_pretrained(tmp)
     with open(os.path.join(tmp, "tiny_spec.json"), "w") as f:
         json.dump({"key": spec.key(), **dataclasses.asdict(spec)}, f, indent=1)
+    share_modes(tmp)  # mkdtemp's 700 and safetensors' 600 -> the umask's
     try:
         os.replace(tmp, path)
     except OSError:

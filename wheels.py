@@ -89,11 +89,28 @@ def extract_member(archive, member, out, append=False):
     return out
 
 
+def share_modes(path):
+    """Give `path` (a file, or a folder and all in it) the modes that open() and os.mkdir() would under the
+    process's umask (usually 644 / 755). tempfile's mkstemp and mkdtemp, and safetensors' writer, make
+    600 files and 700 folders: in a cache or run folder shared on a multi-user GPU machine, other users
+    could not read the models, checkpoints or logs. Returns path."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+    for folder, dirs, files in os.walk(path) if os.path.isdir(path) else ():
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+    return path
+
+
 def build_once(path, source, build):
     """Return folder `path`, building it first unless it is complete and its marker equals `source` (a dict).
 
     build(tmp) writes the result into the new, empty folder `tmp`; it may use tmp's parent for scratch
-    files (all of it is removed afterwards). The result gets the marker source.json and is renamed to
+    files (all of it is removed afterwards). The result gets the marker source.json and the umask's modes
+    (share_modes), and is renamed to
     `path` in one step: a killed build leaves no half-written folder at `path`, only its `.building-<pid>-*`
     folder, which the next build removes (remove_stale_builds)."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -117,6 +134,7 @@ def build_once(path, source, build):
         build(out)
         with open(os.path.join(out, MARKER), "w") as f:
             json.dump(source, f, indent=1)
+        share_modes(out)
         try:
             os.replace(out, path)
         except OSError:

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -58,6 +59,30 @@ def refuse_pip(monkeypatch):
 
 
 # ---------------------------------------------------------------- the cache folder, built once (no network)
+
+def test_cache_folders_and_run_files_get_the_umask_modes_not_tempfiles(tmp_path):
+    """mkstemp / mkdtemp (and safetensors' writer) make 600 files and 700 folders; a cache or run folder
+    shared on a multi-user machine must be readable as open() and mkdir() would leave it (here umask 022)."""
+    import stat
+
+    import runlog
+
+    def build(out):
+        os.mkdir(os.path.join(out, "sub"))
+        fd, name = tempfile.mkstemp(dir=os.path.join(out, "sub"))  # a 600 file, as safetensors writes one
+        os.close(fd)
+        os.rename(name, os.path.join(out, "sub", "model.safetensors"))
+
+    old = os.umask(0o022)
+    try:
+        folder = wheels.build_once(str(tmp_path / "model"), {"v": 1}, build)
+        runlog.write_json(str(tmp_path / "run" / "summary.json"), {"a": 1})
+    finally:
+        os.umask(old)
+    mode = lambda *p: stat.S_IMODE(os.stat(os.path.join(*p)).st_mode)  # noqa: E731
+    assert [mode(folder), mode(folder, "sub"), mode(folder, "sub", "model.safetensors"), mode(folder, "source.json"),
+            mode(tmp_path, "run", "summary.json")] == [0o755, 0o755, 0o644, 0o644, 0o644]
+
 
 def test_build_once_builds_reuses_and_rebuilds_when_the_marker_differs(tmp_path):
     calls = []

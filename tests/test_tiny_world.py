@@ -24,6 +24,10 @@ def built(tmp_path):
 def test_cache_is_reused(built, monkeypatch):
     path, cache = built
     assert os.path.isfile(os.path.join(path, "tiny_spec.json"))
+    umask = os.umask(0)
+    os.umask(umask)  # the folder and its files as mkdir() / open() leave them, not mkdtemp's 700 or safetensors' 600
+    assert {name: os.stat(os.path.join(path, name)).st_mode & 0o777 for name in ("", "model.safetensors")} == {
+        "": 0o777 & ~umask, "model.safetensors": 0o666 & ~umask}
     monkeypatch.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started again despite a valid cache"))
     assert tiny_world.ensure_tiny_model(SPEC, str(cache)) == path
     model, tok = pairs.load_policy(path)
