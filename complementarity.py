@@ -350,25 +350,13 @@ def print_report(report):
 # ---------------------------------------------------------------- plots
 
 def plot_report(report, scores, prefix):
-    """<prefix>_heatmap.png (k_A x k_B, drawn as plots.plot_heatmap draws a run's), _compatibility.png
+    """<prefix>_heatmap.png (k_A x k_B, plots.plot_success_grid as for a run's heatmap), _compatibility.png
     (histograms of s per direction, correct vs wrong peer responses, delta marked), _admitted.png (admitted share vs delta)."""
-    n, delta = report["settings"]["n"], report["settings"]["delta"]
+    delta = report["settings"]["delta"]
     label = "[A = {}, B = {}]".format(*(os.path.basename(os.path.normpath(report["models"][m]["path"])) for m in MODELS))
     paths = [f"{prefix}_{name}.png" for name in ("heatmap", "compatibility", "admitted")]
     grid = report["matrix"]  # [k_B][k_A]
-    fig, ax = plots.plt.subplots(figsize=(6, 5))
-    im = ax.imshow(grid, origin="lower", cmap="viridis")
-    for i in range(n + 1):
-        for j in range(n + 1):
-            ax.text(j, i, grid[i][j], ha="center", va="center", fontsize=7,
-                    color="w" if grid[i][j] < max(map(max, grid)) / 2 else "k")
-    ax.set_xticks(range(n + 1))
-    ax.set_yticks(range(n + 1))
-    ax.set_xlabel("k_A: successes of model A (of n)")
-    ax.set_ylabel("k_B: successes of model B (of n)")
-    ax.set_title(f"Problems by success counts {label}\n(bottom row: B all-fail; left column: A all-fail)")
-    fig.colorbar(im, ax=ax, label="problems")
-    plots._save(fig, paths[0])
+    plots.plot_success_grid(grid, paths[0], f"Problems by success counts {label}", "problems")
     fig, axes = plots.plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (s, r) in zip(axes, DIRECTIONS):
         d = f"{s}_to_{r}"

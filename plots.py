@@ -63,23 +63,34 @@ def plot_complementarity(metrics, path, title=""):
 
 
 def plot_heatmap(trajectories, n, path, title=""):
+    """A run's prompts by success counts, k_A x k_B over all steps (paper Fig. 1, left)."""
     k = {}
     for t in trajectories:
         k.setdefault((t["step"], t["prompt_id"]), {})[t["model"]] = int(sum(t["rewards"]))
-    grid = [[0] * (n + 1) for _ in range(n + 1)]
+    grid = [[0] * (n + 1) for _ in range(n + 1)]  # [k_B][k_A]
     for pair in k.values():
         if "a" in pair and "b" in pair:
             grid[pair["b"]][pair["a"]] += 1
+    plot_success_grid(grid, path, f"Prompts by success counts {title}", "prompts (all steps)")
+
+
+def plot_success_grid(grid, path, title, unit):
+    """Draw a [k_B][k_A] grid of counts with each count written in its cell; title may be long (own line)."""
+    n = len(grid) - 1
     fig, ax = plt.subplots(figsize=(6, 5))
     im = ax.imshow(grid, origin="lower", cmap="viridis")
     for i in range(n + 1):
         for j in range(n + 1):
             ax.text(j, i, grid[i][j], ha="center", va="center", color="w" if grid[i][j] < max(map(max, grid)) / 2 else "k",
                     fontsize=7)
+    ax.set_xticks(range(n + 1))
+    ax.set_yticks(range(n + 1))
     ax.set_xlabel("k_A: successes of model A (of n)")
     ax.set_ylabel("k_B: successes of model B (of n)")
-    ax.set_title(f"Prompts by success counts {title}\n(bottom row: B all-fail; left column: A all-fail)")
-    fig.colorbar(im, ax=ax, label="prompts (all steps)")
+    head, _, rest = title.partition(" [")
+    ax.set_title(head + (f"\n[{rest}" if rest else "") + "\n(bottom row: B all-fail; left column: A all-fail)",
+                 fontsize=9)
+    fig.colorbar(im, ax=ax, label=unit)
     _save(fig, path)
 
 
