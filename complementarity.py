@@ -58,15 +58,6 @@ from verifier import reward
 MODELS = ("a", "b")
 DIRECTIONS = (("a", "b"), ("b", "a"))  # (source, receiver)
 DELTAS = (0.5, 0.6, 0.7, 0.8, 0.9)  # admitted share vs delta; the paper's delta is 0.8
-# --data -> (tasks.data_files key, loader of that file)
-DATA = {
-    "gsm8k": ("gsm8k_test", lambda path: tasks.load_gsm8k(path, "test")),
-    "gsm8k_train": ("gsm8k_train", lambda path: tasks.load_gsm8k(path, "train")),
-    "math": ("math", tasks.load_math_train),
-    "math500": ("math500", lambda path: tasks.load_benchmark("math500", path)),
-    "minerva": ("minerva", lambda path: tasks.load_benchmark("minerva", path)),
-    "aime25": ("aime25", lambda path: tasks.load_benchmark("aime25", path)),
-}
 # config.json keys that define what is measured: a resume must keep them
 MUST_MATCH = ("model_a", "model_b", "data", "data_file", "math_levels", "k", "n", "temperature",
               "max_new_tokens", "seed", "plain_prompt", "lenient_answers")
@@ -89,7 +80,7 @@ def math_level(value):
 def select_problems(data, path, k, seed, levels=None):
     """K problems of data set `data` read from `path`, drawn without replacement by `seed`
     (only those of MATH `levels` when given)."""
-    pool = DATA[data][1](path)
+    pool = tasks.load_fetched(data, path)
     if levels:
         if data not in ("math", "math500"):
             raise UsageError(f"--math-levels: {data} has no MATH levels; use --data math or math500, or drop the flag")
@@ -404,7 +395,7 @@ def parse_args(argv=None):
     a = p.add_argument
     a("--model-a", required=True, help="model A: a local folder (e.g. cache/real/qwen2.5-coder-0.5b-instruct) or hub id")
     a("--model-b", required=True, help="model B: a local folder or hub id")
-    a("--data", default="gsm8k", choices=sorted(DATA), help="data set: gsm8k = GSM8K test; math = MATH train")
+    a("--data", default="gsm8k", choices=sorted(tasks.FETCHED), help="data set: gsm8k = GSM8K test; math = MATH train")
     a("--data-file", default=None,
       help="its JSONL file (default: the one `python pairs.py fetch` wrote under the cache, tasks.data_files)")
     a("--cache-dir", default=None, help="cache folder of the fetched data (default ./cache or $GRAFT_MIN_CACHE)")
@@ -438,7 +429,7 @@ def parse_args(argv=None):
     cfg.out = os.path.normpath(cfg.out)
     if cfg.data_file is None:
         folder = os.path.join(cfg.cache_dir or pairs.default_cache_dir(), "data", "pypi")
-        cfg.data_file = tasks.data_files(folder)[DATA[cfg.data][0]]
+        cfg.data_file = tasks.data_files(folder)[tasks.FETCHED[cfg.data]]
         if not os.path.exists(cfg.data_file):
             p.error(f"{cfg.data_file}: not found; run `python pairs.py fetch` (or set GRAFT_MIN_CACHE / --cache-dir "
                     f"to its cache), or give the file with --data-file")

