@@ -230,11 +230,12 @@ def print_table(results):
     """The main job's report: held-out pass@1 at the start and end, the training reward (T = 1) and
     all-fail share in the first and last 20% of the steps, and what the exchange did."""
     fams = [f for f in results["grpo"]["models"]["a"]["start"] if f != "mean"]
-    head = "model  " + "  ".join(f"{f + ' ' + c:>14s}" for f in fams for c in ("start", "GRPO", "GRAFT"))
-    print("\nheld-out pass@1 (T 0.6), start and end of training\n" + head)
+    labels = [f"{f} {c}" for f in fams for c in ("start", "GRPO", "GRAFT")]
+    w = max(map(len, labels))  # each column as wide as the longest label
+    print("\nheld-out pass@1 (T 0.6), start and end of training\nmodel  " + "  ".join(f"{s:>{w}s}" for s in labels))
     for name in ("a", "b"):
         g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
-        print(f"{name:5s}  " + "  ".join(f"{x:14.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
+        print(f"{name:5s}  " + "  ".join(f"{x:{w}.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
     print("\ntraining reward (T = 1) and all-fail share per family, first -> last 20% of steps\nmodel  method " +
           "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in fams))
     for method, res in results.items():

@@ -334,8 +334,8 @@ def test_main_job_table_shows_start_end_and_first_last(capsys):
             results[method]["models"][m]["mean_w"] = 0.9 if method == "graft" else None
     runlog.print_table(results)
     out = capsys.readouterr().out.splitlines()
-    assert out[out.index("model       add start        add GRPO       add GRAFT       mul start        mul GRPO       mul GRAFT") + 1].split() == \
-        ["a", "0.100", "0.200", "0.200", "0.500", "0.600", "0.600"]
+    assert out[out.index("model  add start   add GRPO  add GRAFT  mul start   mul GRPO  mul GRAFT") + 1] == \
+        "a          0.100      0.200      0.200      0.500      0.600      0.600"
     assert "a      grpo    0.100 -> 0.250   0.100 -> 0.250   0.800 -> 0.600   0.800 -> 0.600" in out
     assert any(line.split() == ["b", "graft", "10", "60", "0.900", "0.0010", "0.0020", "60"] for line in out)
 
