@@ -347,7 +347,7 @@ def plot_report(report, scores, prefix):
     label = "[A = {}, B = {}]".format(*(os.path.basename(os.path.normpath(report["models"][m]["path"])) for m in MODELS))
     paths = [f"{prefix}_{name}.png" for name in ("heatmap", "compatibility", "admitted")]
     grid = report["matrix"]  # [k_B][k_A]
-    plots.plot_success_grid(grid, paths[0], f"Problems by success counts {label}", "problems")
+    plots.plot_success_grid(grid, paths[0], f"Problems by success counts\n{label}", "problems")
     fig, axes = plots.plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (s, r) in zip(axes, DIRECTIONS):
         d = f"{s}_to_{r}"

@@ -71,11 +71,11 @@ def plot_heatmap(trajectories, n, path, title=""):
     for pair in k.values():
         if "a" in pair and "b" in pair:
             grid[pair["b"]][pair["a"]] += 1
-    plot_success_grid(grid, path, f"Prompts by success counts {title}", "prompts (all steps)")
+    plot_success_grid(grid, path, "Prompts by success counts" + (f"\n{title}" if title else ""), "prompts (all steps)")
 
 
 def plot_success_grid(grid, path, title, unit):
-    """Draw a [k_B][k_A] grid of counts with each count written in its cell; title may be long (own line)."""
+    """Draw a [k_B][k_A] grid of counts with each count written in its cell, under `title` (lines split by \\n)."""
     n = len(grid) - 1
     fig, ax = plt.subplots(figsize=(6, 5))
     im = ax.imshow(grid, origin="lower", cmap="viridis")
@@ -87,9 +87,7 @@ def plot_success_grid(grid, path, title, unit):
     ax.set_yticks(range(n + 1))
     ax.set_xlabel("k_A: successes of model A (of n)")
     ax.set_ylabel("k_B: successes of model B (of n)")
-    head, _, rest = title.partition(" [")
-    ax.set_title(head + (f"\n[{rest}" if rest else "") + "\n(bottom row: B all-fail; left column: A all-fail)",
-                 fontsize=9)
+    ax.set_title(title + "\n(bottom row: B all-fail; left column: A all-fail)", fontsize=9)
     fig.colorbar(im, ax=ax, label=unit)
     _save(fig, path)
 
