@@ -17,8 +17,10 @@ the paper's Table 2: --no-gate, --delta, --no-balance, --peer-order, --pooled, -
 
 `python graft_min.py --pair tiny` (method "compare") runs GRPO and GRAFT from the same
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
-Simplifications: HF generate instead of vLLM; one process per run; the tiny pair trains on a synthetic
-world instead of MATH (--pair small and the paper presets use MATH and the five benchmarks).
+Simplifications: HF generate instead of vLLM; the tiny pair trains on a synthetic world instead of MATH
+(--pair small and the paper presets use MATH and the five benchmarks). One process, or data parallel
+under `torchrun --nproc_per_node N graft_min.py ...` (ddp.py: the batch split over ranks, Eq. 4 on the
+gathered counts, Eq. 10's divisor and gradients summed over ranks).
 Below this file, never above it: settings.py (flags, presets, model paths, data), runlog.py (the run
 folder, the summary and the printed report), pairs.py / tiny_world.py (the models), tasks.py (prompts).
 """
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+import ddp
 import loss
 import pairs
 import rollout
@@ -161,15 +164,17 @@ def graft_groups(recv, recv_ro, src, selected, cfg):
 
 # ---------------------------------------------------------------- the update (Eqs. 9-10)
 
-def minibatches(rows, k, peer_order, rng):
+def minibatches(rows, k, peer_order, rng, n_prompts=None):
     """Split the buffer by prompt into k minibatches; peer-containing ones last (or first, or
     in shuffled order for the ablation). Our packing: prompts keep their batch order, prompts
-    holding peer responses are moved to the end, then the list is cut into k near-equal runs."""
+    holding peer responses are moved to the end, then the list is cut into k near-equal runs.
+    k is at most the number of prompts, or of n_prompts: the most any rank holds under torchrun,
+    where every rank cuts its own prompts into the same number of minibatches (some may be empty)."""
     prompts = sorted({r.prompt for r in rows})
     peer = {r.prompt for r in rows if r.peer}
     own, grafted = [q for q in prompts if q not in peer], [q for q in prompts if q in peer]
     order = grafted + own if peer_order == "first" else own + grafted
-    k = min(k, len(order))
+    k = min(k, len(order) if n_prompts is None else n_prompts)
     cuts = [round(i * len(order) / k) for i in range(k + 1)]
     chunks = [set(order[cuts[i]:cuts[i + 1]]) for i in range(k)]
     if peer_order == "shuffle":
@@ -181,14 +186,17 @@ def update(pol, rows, cfg, rng):
     """One epoch over the buffer: per minibatch one AdamW step on loss.policy_loss (-J, Eq. 10).
 
     The token-mean divisor is the minibatch's token count; micro-batches only bound memory and
-    give the same gradient. A non-finite loss or gradient skips that step with a warning."""
+    give the same gradient. A non-finite loss or gradient skips that step with a warning.
+    Under torchrun minibatch j is the union of every rank's j-th: its token count and gradient are
+    summed over ranks before clipping and AdamW (ddp), so every rank takes the same step."""
     st = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "clip_self": 0, "tok_self": 0, "clip_peer": 0, "tok_peer": 0}
-    mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng) if rows else []
+    most = ddp.maximum(len({r.prompt for r in rows}))  # prompts in the largest rank's buffer
+    mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng, most) if most else []
     for mb in mbs:  # the model stays in eval mode: no dropout, so rho = 1 exactly before the first step
         pol.opt.zero_grad(set_to_none=True)
-        n_tokens = sum(len(r.response_ids) for r in mb)
+        n_tokens = ddp.total(sum(len(r.response_ids) for r in mb))  # Eq. 10's divisor, the global minibatch
         mb_loss = 0.0
-        for i in range(0, len(mb), cfg.micro_batch or len(mb)):
+        for i in range(0, len(mb), cfg.micro_batch or max(1, len(mb))):  # none when this rank's part is empty
             micro = mb[i:i + (cfg.micro_batch or len(mb))]
             lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in micro], [r.response_ids for r in micro],
                                               pol.tok.pad_token_id, cfg.temperature)  # [B, T] with grad
@@ -203,6 +211,8 @@ def update(pol, rows, cfg, rng):
                 kind = "peer" if r.peer else "self"
                 st[f"clip_{kind}"] += c
                 st[f"tok_{kind}"] += len(r.response_ids)
+        ddp.sum_gradients(pol.model.parameters())
+        mb_loss = ddp.total(mb_loss)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(pol.model.parameters(), cfg.grad_clip))
         if not (math.isfinite(mb_loss) and math.isfinite(grad_norm)):
             log.warning("model %s: non-finite loss %s or grad norm %s; update skipped", pol.name, mb_loss, grad_norm)
@@ -221,7 +231,7 @@ def gradient_split(pol, rows, cfg):
     the positive- and from the negative-advantage responses, and their cosine. At rho = 1 the clip
     is inactive, so the gradient of -J is that of -sum_j w_j a_j sum_t log pi / (buffer tokens).
     Costs one more forward and backward pass over the buffer; leaves no gradient behind."""
-    n_tokens = sum(len(r.response_ids) for r in rows)
+    n_tokens = ddp.total(sum(len(r.response_ids) for r in rows))
     grads = {}
     for sign, part in (("pos", [r for r in rows if r.advantage > 0]), ("neg", [r for r in rows if r.advantage < 0])):
         pol.model.zero_grad(set_to_none=True)
@@ -232,6 +242,7 @@ def gradient_split(pol, rows, cfg):
                                               pol.tok.pad_token_id, cfg.temperature)  # [B, T]
             coef = torch.tensor([r.weight * r.advantage for r in micro], device=lp.device)[:, None]  # [B, 1]
             (-(torch.where(mask, lp, torch.zeros_like(lp)) * coef).sum() / n_tokens).backward()
+        ddp.sum_gradients(pol.model.parameters())
         grads[sign] = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
                                  for p in pol.model.parameters()])  # [n_params]
     pol.model.zero_grad(set_to_none=True)
@@ -252,15 +263,16 @@ class Policy:
     lr: float = 0.0  # the constant learning rate after warm-up
 
 
-def seed_for(cfg, step, name, what="sample"):
-    """Every random draw depends only on (seed, step, model, purpose): runs resume exactly, and a
-    model samples the same groups whether or not its peer trains beside it."""
-    return int(hashlib.sha256(f"{cfg.seed}/{step}/{name}/{what}".encode()).hexdigest()[:15], 16)
+def seed_for(cfg, step, name, what="sample", rank=0):
+    """Every random draw depends only on (seed, step, model, purpose, rank): runs resume exactly, and a
+    model samples the same groups whether or not its peer trains beside it. Rank 0 (or one process)
+    draws as it always did; the other ranks of a torchrun draw their own streams."""
+    return int(hashlib.sha256(f"{cfg.seed}/{step}/{name}/{what}{f'/rank{rank}' * bool(rank)}".encode()).hexdigest()[:15], 16)
 
 
 def rollout_groups(pol, batch, cfg, step):
     """Steps 1-2 for one model: sample n responses per prompt, reward them."""
-    torch.manual_seed(seed_for(cfg, step, pol.name))
+    torch.manual_seed(seed_for(cfg, step, pol.name, rank=ddp.rank()))
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
                                gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
@@ -274,61 +286,76 @@ def group_rewards(texts, batch, cfg):
                          for j, t in enumerate(texts)]).view(-1, cfg.n)
 
 
+def exchange(k_local, n, balance, start):
+    """Step 3 on this rank: the success counts {model: [g]} of its g prompts (batch[start:start + g]) are
+    gathered from every rank into whole-batch vectors (batch order), select_exchange runs once on them
+    (balancing and ties over the whole batch, the same result on every rank), and each receiver keeps
+    the selected prompts that live here, as local indices. Returns {receiver: [q]}."""
+    k = {name: torch.cat(ddp.gather(v)) for name, v in k_local.items()}  # [G] each
+    to_b, to_a = select_exchange(k["a"], k["b"], n, balance=balance)
+    size = len(k_local["a"])
+    return {recv: [q - start for q in sel if start <= q < start + size] for recv, sel in (("b", to_b), ("a", to_a))}
+
+
 def train_step(step, policies, batch, cfg, stored_peer=None):
     """One GRAFT / GRPO / stored-peer step. policies: {"a": Policy, "b": Policy} (stored: one).
-    stored_peer: the partner's logged Groups for this batch (stored mode). Returns metrics."""
+    stored_peer: the partner's logged Groups for this batch (stored mode). Under torchrun each rank
+    samples its shard of the batch (ddp.shard). Returns (metrics, Groups) of the whole batch."""
     t0 = time.time()
+    part, start = ddp.shard(batch)  # this rank's prompts: batch[start:start + len(part)]
     ros, groups = {}, {}
     for name, pol in policies.items():  # 1-2. rollouts and rewards on the shared batch
-        ros[name], groups[name] = rollout_groups(pol, batch, cfg, step)
+        ros[name], groups[name] = rollout_groups(pol, part, cfg, step)
+    whole = {name: Groups(**ddp.combine(vars(g))) for name, g in groups.items()}  # the whole batch, batch order
     if stored_peer is not None:
-        groups[({"a", "b"} - set(policies)).pop()] = stored_peer
+        other, n = ({"a", "b"} - set(policies)).pop(), cfg.n
+        whole[other], lo, hi = stored_peer, start * n, (start + len(part)) * n
+        groups[other] = Groups(stored_peer.texts[lo:hi], stored_peer.finished[lo:hi], stored_peer.mean_logprobs[lo:hi],
+                               stored_peer.rewards[start:start + len(part)])
     t_rollout = time.time() - t0
-    n, k = cfg.n, {name: g.rewards.sum(1).long() for name, g in groups.items()}
-
-    sends = {"a": [], "b": []}  # receiver -> prompts whose group it takes from its peer
-    if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4, balancing off when stored)
-        sends["b"], sends["a"] = select_exchange(k["a"], k["b"], n, balance=cfg.method == "graft" and not cfg.no_balance)
+    n = cfg.n
+    sends, k = {"a": [], "b": []}, {name: g.rewards.sum(1).long() for name, g in whole.items()}  # k: whole batch
+    if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4 on the whole batch, balancing off when stored)
+        sends = exchange({name: g.rewards.sum(1).long() for name, g in groups.items()}, n,
+                         cfg.method == "graft" and not cfg.no_balance, start)
 
     metrics = {}
     for name, pol in policies.items():  # 4-5. each receiver's buffer, then its update
         peer = "b" if name == "a" else "a"
-        t1, selected = time.time(), sends[name]
-        adv = loss.group_advantages(groups[name].rewards)  # [G, n] Eq. 1
-        rows = [r for q in range(len(batch)) if q not in selected for r in own_rows(ros[name], q, adv[q])]
+        t1, selected = time.time(), sends[name]  # this rank's prompts whose group the receiver takes
+        adv = loss.group_advantages(groups[name].rewards)  # [g, n] Eq. 1
+        rows = [r for q in range(len(part)) if q not in selected for r in own_rows(ros[name], q, adv[q])]
         peer_rows, s = graft_groups(pol, ros[name], groups[peer], selected, cfg) if selected else ([], [])
         t_graft = time.time() - t1
         for group in pol.opt.param_groups:  # linear warm-up over the first steps (paper: none)
             group["lr"] = pol.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))
         split = gradient_split(pol, rows + peer_rows, cfg) if cfg.grad_split else {}
         st = update(pol, rows + peer_rows, cfg, random.Random(seed_for(cfg, step, name, "minibatch-order")))
-        all_fail = (k[name] == 0)
-        peer_w = [r.weight for r in peer_rows if r.peer]
+        mine = [r for r in peer_rows if r.peer]
+        x = ddp.combine({  # this rank's part of the step's statistics -> the whole batch's
+            "selected": len(selected), "s": s, "w": [r.weight for r in mine],
+            "correct": sum(1 for r in mine if r.advantage > 0), "wadv": sum(r.weight * r.advantage for r in mine),
+            "entropy": torch.cat(ros[name].entropy), "logprob": torch.cat(ros[name].logprobs),
+            **{key: st[key] for key in ("clip_self", "tok_self", "clip_peer", "tok_peer", "peer_minibatch_positions")}})
+        all_fail, g = (k[name] == 0), whole[name]
         metrics[name] = {
-            "step": step, "model": name, "reward_mean": float(groups[name].rewards.mean()),
+            "step": step, "model": name, "reward_mean": float(g.rewards.mean()),
             "all_fail_share": float(all_fail.float().mean()),
-            "families": runlog.family_stats(batch, groups[name].rewards),
+            "families": runlog.family_stats(batch, g.rewards),
             # token-means over the model's own sampled responses: next-token entropy at T, sampled log-prob
-            "entropy": float(torch.cat(ros[name].entropy).mean()),
-            "sampled_logprob": float(torch.cat(ros[name].logprobs).mean()),
+            "entropy": float(x["entropy"].mean()), "sampled_logprob": float(x["logprob"].mean()),
             **split,
             # complementarity (Fig. 1): of my all-fail prompts, on how many does the peer succeed / is it mixed?
             "peer_any_success_on_all_fail": _share((k[peer] > 0) & all_fail, all_fail),
             "peer_mixed_on_all_fail": _share((k[peer] > 0) & (k[peer] < n) & all_fail, all_fail),
             "candidates_in": int(((k[peer] > 0) & (k[peer] < n) & all_fail).sum()),
-            "selected": len(selected), "peer_responses": len(s),
-            "admitted": len(peer_w), "admitted_share": len(peer_w) / len(s) if s else None,
-            "admitted_correct": sum(1 for r in peer_rows if r.peer and r.advantage > 0),
-            "w_mean": sum(peer_w) / len(peer_w) if peer_w else None, "s_values": [round(x, 4) for x in s],
-            "weighted_adv_admitted": sum(r.weight * r.advantage for r in peer_rows if r.peer),
-            "clip_self": st["clip_self"] / max(1, st["tok_self"]), "clip_peer": st["clip_peer"] / max(1, st["tok_peer"]),
-            "tokens_self": st["tok_self"], "tokens_peer": st["tok_peer"],
+            **runlog.exchange_stats(x),
             "loss": st["loss"], "grad_norm": st["grad_norm"], "skipped_updates": st["skipped"],
-            "peer_minibatch_positions": st["peer_minibatch_positions"], "minibatches": st["minibatches"],
+            "peer_minibatch_positions": sorted(set(x["peer_minibatch_positions"])), "minibatches": st["minibatches"],
             "seconds": {"generate": ros[name].seconds["generate"], "score": ros[name].seconds["score"],
                         "graft": t_graft, "update": time.time() - t1 - t_graft, "rollout_all": t_rollout},
         }
-    return metrics, groups
+    return metrics, whole
 
 
 def _share(hits, base):
@@ -337,16 +364,20 @@ def _share(hits, base):
 
 @torch.no_grad()
 def evaluate(pol, heldout, cfg, step):
-    """Held-out pass@1 per family, averaged over cfg.eval_samples samples (paper: T 0.6, top-p 0.95)."""
-    torch.manual_seed(seed_for(cfg, step, pol.name, "eval"))
+    """Held-out pass@1 per family, averaged over cfg.eval_samples samples (paper: T 0.6, top-p 0.95).
+    Under torchrun each rank samples its share of each family's problems and the counts are summed."""
+    torch.manual_seed(seed_for(cfg, step, pol.name, "eval", ddp.rank()))
     result = {}
     for fam, problems in sorted(heldout.items()):
+        problems, _ = ddp.shard(problems)
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
-        ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
-                                   cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False)
+        texts = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
+                                      cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch,
+                                      score=False).texts if problems else []
         hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
-                for j, t in enumerate(ro.texts)]
-        result[fam] = sum(hits) / len(hits)
+                for j, t in enumerate(texts)]
+        counts = ddp.combine({"hits": sum(hits), "samples": len(hits)})
+        result[fam] = counts["hits"] / counts["samples"]
     result["mean"] = sum(result.values()) / len(result)
     return result
 
@@ -354,36 +385,17 @@ def evaluate(pol, heldout, cfg, step):
 # ---------------------------------------------------------------- a run
 
 def make_policy(name, path, lr, cfg):
-    """One model for RL. Weights, gradients and AdamW states are fp32; --dtype bfloat16 runs every
-    forward pass under bf16 autocast (pairs.autocast_bf16: fp32 master weights, as mixed precision
-    training does). Optional gradient checkpointing; --plain-prompt drops the chat template."""
-    model, tok = pairs.load_policy(path, cfg.device, torch.float32)
-    if cfg.dtype == "bfloat16":
-        pairs.autocast_bf16(model, torch.device(cfg.device).type)
-    if cfg.grad_checkpointing:
-        pairs.enable_grad_checkpointing(model)
-    if cfg.plain_prompt:
-        tok.chat_template = None  # base models: the bare question + suffix
+    """One model for RL (pairs.load_for_rl: fp32 weights, gradients and AdamW states; --dtype bfloat16
+    runs forward passes under bf16 autocast; optional gradient checkpointing; --plain-prompt)."""
+    model, tok = pairs.load_for_rl(path, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
-    gb = pairs.memory_estimate(model, cfg)
-    log.info("model %s (%s): %.2fB params; fp32 weights %.1f + grads %.1f + AdamW states %.1f = %.1f GB, "
-             "+ ~%.1f GB of fp32 log-probs over the vocabulary per micro-batch (activations and KV cache not counted)",
-             name, path, gb["params"], gb["weights"], gb["grads"], gb["adam"], gb["total"], gb["logits"])
+    log.info("model %s (%s): %s", name, path, pairs.describe_memory(pairs.memory_estimate(model, cfg)))
     return Policy(name, model, tok, opt, lr)
 
 
-def stored_groups(log_records, step, batch, cfg, path):
+def stored_groups(peer_log, step, batch, cfg):
     """The partner's logged groups for this step's batch, rewards re-verified (stored mode)."""
-    records = log_records.get(step)
-    if not records:
-        raise ValueError(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
-                         f"0..{max(log_records) if log_records else -1} (run the GRPO run for at least --steps {cfg.steps})")
-    ids = [r["prompt_id"] for r in records]
-    if ids != [p.id for p in batch]:
-        raise ValueError(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
-                         f"{[p.id for p in batch][:3]}...; use the logged run's --seed, --prompts-per-step and data")
-    if any(len(r["texts"]) != cfg.n for r in records):
-        raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
+    records = runlog.logged_groups(peer_log, step, [p.id for p in batch], cfg)
     texts = [t for r in records for t in r["texts"]]
     return Groups(texts, [f for r in records for f in r["finished"]],
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), group_rewards(texts, batch, cfg))
@@ -393,8 +405,10 @@ def run(cfg, method, out):
     """Train with one method into the run folder `out`; returns its summary.
 
     With --resume and a checkpoint in `out`, the run continues from it if its settings agree with
-    out/config.json (runlog.check_resume); --threads defaults to the saved thread count then."""
-    cfg = argparse.Namespace(**{**vars(cfg), "method": method})
+    out/config.json (runlog.check_resume); --threads defaults to the saved thread count then.
+    Under torchrun every rank runs this function and loads the checkpoint; rank 0 alone writes the
+    folder and returns the summary (the other ranks return None)."""
+    cfg, main = argparse.Namespace(**{**vars(cfg), "method": method}), ddp.is_main()
     files = {k: os.path.join(out, f"{k}.jsonl") for k in ("metrics", "trajectories", "evals")}
     ckpt_path, ckpt = os.path.join(out, "checkpoint.pt"), None
     resuming = cfg.resume and os.path.exists(ckpt_path)
@@ -405,11 +419,9 @@ def run(cfg, method, out):
         torch.set_num_threads(cfg.threads)
     config = settings.run_config(cfg, method)
     if resuming:
+        runlog.check_world_size(out, saved, config)
         ckpt = runlog.load_checkpoint(ckpt_path)
-        for key, old, new in runlog.check_resume(out, saved, config, ckpt["next_step"]):
-            rounding = key in ("device", "micro_batch", "grad_checkpointing")
-            log.log(logging.WARNING if rounding else logging.INFO, "%s: resumed with %s %s (was %s)%s", out, key,
-                    json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
+        runlog.report_changes(out, runlog.check_resume(out, saved, config, ckpt["next_step"]))
     if method == "stored":
         runlog.check_peer_log(config)
         cfg.peer = config["peer"]
@@ -418,12 +430,7 @@ def run(cfg, method, out):
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
     train_problems, heldout = settings.load_data(cfg)
-    peer_log = None
-    if method == "stored":
-        peer_log = {}
-        for r in runlog.read_jsonl(cfg.peer_log):
-            if r["model"] == cfg.peer:
-                peer_log.setdefault(r["step"], []).append(r)
+    peer_log = runlog.read_peer_log(cfg.peer_log, cfg.peer) if method == "stored" else None
 
     start, wall = 0, 0.0
     if ckpt is not None:
@@ -432,41 +439,43 @@ def run(cfg, method, out):
             pol.opt.load_state_dict(ckpt["opts"][name])
         start, wall = ckpt["next_step"], ckpt["wall"]
         del ckpt
-        for key, path in files.items():
+        for key, path in files.items() if main else ():
             runlog.truncate_jsonl(path, start + 1 if key == "evals" else start)
         log.info("resumed %s at step %d", out, start)
     else:
-        os.makedirs(out, exist_ok=True)
-        for path in files.values():
-            open(path, "w").close()
-        runlog.write_json(os.path.join(out, "config.json"), config)
+        if main:
+            os.makedirs(out, exist_ok=True)
+            for path in files.values():
+                open(path, "w").close()
+            runlog.write_json(os.path.join(out, "config.json"), config)
         for name, pol in policies.items():
-            runlog.append_jsonl(files["evals"], {"step": 0, "model": name, **evaluate(pol, heldout, cfg, 0)})
+            record = {"step": 0, "model": name, **evaluate(pol, heldout, cfg, 0)}
+            if main:
+                runlog.append_jsonl(files["evals"], record)
 
     bar = tqdm(range(start, cfg.steps), desc=f"{method:6s} {out}", initial=start, total=cfg.steps,
-               position=getattr(cfg, "bar_position", 0))
+               position=getattr(cfg, "bar_position", 0), disable=not main)
     for step in bar:
         t0 = time.time()
         batch = tasks.prompt_batch(train_problems, cfg.seed, step, cfg.prompts_per_step)
-        peer = stored_groups(peer_log, step, batch, cfg, cfg.peer_log) if peer_log is not None else None
+        peer = stored_groups(peer_log, step, batch, cfg) if peer_log is not None else None
         metrics, groups = train_step(step, policies, batch, cfg, peer)
-        for name in policies:
+        for name in policies if main else ():
             runlog.append_jsonl(files["metrics"], metrics[name])
-            g = groups[name]
-            for q, p in enumerate(batch):
-                sl = slice(q * cfg.n, (q + 1) * cfg.n)
-                runlog.append_jsonl(files["trajectories"], {
-                    "step": step, "model": name, "prompt_id": p.id, "texts": g.texts[sl], "finished": g.finished[sl],
-                    "rewards": g.rewards[q].tolist(), "mean_logprobs": g.mean_logprobs[sl].tolist()})
+            runlog.log_groups(files["trajectories"], step, name, batch, groups[name], cfg.n)
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
             for name, pol in policies.items():
-                runlog.append_jsonl(files["evals"], {"step": done, "model": name, **evaluate(pol, heldout, cfg, done)})
+                record = {"step": done, "model": name, **evaluate(pol, heldout, cfg, done)}
+                if main:
+                    runlog.append_jsonl(files["evals"], record)
         wall += time.time() - t0
-        if done % cfg.ckpt_every == 0 or done == cfg.steps:
+        if main and (done % cfg.ckpt_every == 0 or done == cfg.steps):
             runlog.save_checkpoint(ckpt_path, {
                 "next_step": done, "wall": wall, "models": {n: p.model.state_dict() for n, p in policies.items()},
                 "opts": {n: p.opt.state_dict() for n, p in policies.items()}})
+    if not main:
+        return None
     summary = runlog.summarize(out, wall)
     runlog.write_json(os.path.join(out, "summary.json"), summary)
     return summary
@@ -492,12 +501,15 @@ def run_parallel(jobs, workers):
 def compare(cfg):
     """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget
     (the tiny pair's two runs go side by side, one per core, when there are two cores; real models
-    one run at a time: one GPU, or a CPU's memory, ~17 GB a run for `--pair cpu`)."""
+    one run at a time: one GPU, or a CPU's memory, ~17 GB a run for `--pair cpu`; and under torchrun,
+    whose ranks run each method together)."""
     settings.model_paths(cfg)  # warm-start the tiny pair (or fetch the cpu pair) once, before the runs
     methods = ("grpo", "graft")
     side_by_side = cfg.pair == "tiny" and not (cfg.model_a or cfg.model_b) and not cfg.device.startswith("cuda")
-    workers = min(2, os.cpu_count() or 1) if side_by_side else 1
+    workers = min(2, os.cpu_count() or 1) if side_by_side and ddp.world_size() == 1 else 1
     results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
+    if not ddp.is_main():
+        return None
     summary = {"config": vars(cfg), "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
     runlog.print_table(results)
@@ -509,15 +521,24 @@ def compare(cfg):
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = settings.parse_args(argv)
+    cfg.device = ddp.init(cfg.device)  # torchrun: join the process group (this rank's GPU); else nothing
+    logging.basicConfig(level=logging.INFO if ddp.is_main() else logging.WARNING,
+                        format=f"%(levelname)s %(name)s{f' [rank {ddp.rank()}]' * (ddp.world_size() > 1)}: %(message)s")
     try:
+        if ddp.world_size() > 1:  # rank 0 warm-starts the tiny pair (or fetches the cpu pair) alone, first
+            if ddp.is_main():
+                settings.model_paths(cfg)
+            ddp.barrier()
         if cfg.method == "compare":
             return compare(cfg)
         summary = run(cfg, cfg.method, cfg.out)
     except (pairs.ModelNotAvailable, tasks.DataNotAvailable, runlog.ConfigMismatch) as e:
         raise SystemExit(f"graft_min: {e}") from None
-    print(json.dumps(summary, indent=1))
+    finally:
+        ddp.close()
+    if summary is not None:  # rank 0 (or one process)
+        print(json.dumps(summary, indent=1))
     return summary
 
 

@@ -90,6 +90,21 @@ def load_policy(path, device="cpu", dtype=torch.float32):
     return model, tokenizer
 
 
+def load_for_rl(path, cfg):
+    """load_policy with a run's settings: fp32 weights on cfg.device (their gradients and AdamW states
+    are fp32 too); --dtype bfloat16 runs every forward pass under bf16 autocast (autocast_bf16: fp32
+    master weights, as mixed precision training does); optional gradient checkpointing; --plain-prompt
+    drops the chat template (base models: the bare question + suffix)."""
+    model, tok = load_policy(path, cfg.device, torch.float32)
+    if cfg.dtype == "bfloat16":
+        autocast_bf16(model, torch.device(cfg.device).type)
+    if cfg.grad_checkpointing:
+        enable_grad_checkpointing(model)
+    if cfg.plain_prompt:
+        tok.chat_template = None
+    return model, tok
+
+
 def hub_problem(name, timeout=3.0):
     """None if `name` (not a local folder) may load from the hub: it is in the local hub cache, or it has
     the form owner/name and the hub answers. Else a sentence saying why it cannot (checked in at most
@@ -124,6 +139,13 @@ def memory_estimate(model, cfg):
     gb["total"] = gb["weights"] + gb["grads"] + gb["adam"]
     gb["logits"] = 3 * micro * (512 + cfg.max_new_tokens) * vocab * 4 / 1e9
     return gb
+
+
+def describe_memory(gb):
+    """memory_estimate's numbers as one log line."""
+    return (f"{gb['params']:.2f}B params; fp32 weights {gb['weights']:.1f} + grads {gb['grads']:.1f} + AdamW states "
+            f"{gb['adam']:.1f} = {gb['total']:.1f} GB, + ~{gb['logits']:.1f} GB of fp32 log-probs over the vocabulary "
+            f"per micro-batch (activations and KV cache not counted)")
 
 
 def autocast_bf16(model, device_type):

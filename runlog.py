@@ -16,12 +16,15 @@ mode checks the run whose log it replays the same way (`check_peer_log`).
 """
 
 import json
+import logging
 import os
 import tempfile
 
 import torch
 
 from wheels import share_modes
+
+log = logging.getLogger("graft_min")
 
 # config.json keys that say where things go, not what is computed: never compared
 BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir")
@@ -126,7 +129,28 @@ def saved_config(out):
     if not os.path.exists(path):
         raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "
                              f"start a fresh run in another folder (--out)")
-    return read_json(path)
+    saved = read_json(path)
+    saved.setdefault("world_size", 1)  # folders from before torchrun: one process
+    return saved
+
+
+def check_world_size(out, saved, config):
+    """A checkpoint resumes only with the number of processes that wrote it: each rank's share of
+    every batch, and so its samples, depend on the world size."""
+    was, now = saved["world_size"], config["world_size"]
+    if was != now:
+        launch = "plain `python graft_min.py`" if was == 1 else f"`torchrun --nproc_per_node {was} graft_min.py`"
+        raise ConfigMismatch(f"{out}: the run was written by {was} process(es), this is {now}; resume it with "
+                             f"{launch} and the same flags, or start a fresh run in another folder (--out)")
+
+
+def report_changes(out, changes):
+    """Log each setting that a resumed run changed (check_resume's list); those that change only the
+    rounding (device, micro-batch, checkpointing) as warnings."""
+    for key, old, new in changes:
+        rounding = key in ("device", "micro_batch", "grad_checkpointing")
+        log.log(logging.WARNING if rounding else logging.INFO, "%s: resumed with %s %s (was %s)%s", out, key,
+                json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
 
 
 def check_resume(out, saved, config, next_step):
@@ -166,6 +190,52 @@ def check_peer_log(config):
                  {**config, model: config["model_paths"][config["peer"]]}, path, keys=PEER_LOG_MUST_MATCH + (model,),
                  fix="the peer log was sampled with other settings; give this run the logged run's values, or "
                      "log a GRPO run with this run's settings and pass its trajectories.jsonl")
+
+
+def read_peer_log(path, peer):
+    """Stored mode: {step: [records of model `peer`, in batch order]} from a run's trajectories.jsonl."""
+    steps = {}
+    for r in read_jsonl(path):
+        if r["model"] == peer:
+            steps.setdefault(r["step"], []).append(r)
+    return steps
+
+
+def logged_groups(peer_log, step, prompt_ids, cfg):
+    """The logged records of step `step`, checked against this run's batch (its prompt ids) and n."""
+    path, records = cfg.peer_log, peer_log.get(step)
+    if not records:
+        raise ValueError(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
+                         f"0..{max(peer_log) if peer_log else -1} (run the GRPO run for at least --steps {cfg.steps})")
+    ids = [r["prompt_id"] for r in records]
+    if ids != prompt_ids:
+        raise ValueError(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
+                         f"{prompt_ids[:3]}...; use the logged run's --seed, --prompts-per-step and data")
+    if any(len(r["texts"]) != cfg.n for r in records):
+        raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
+    return records
+
+
+def log_groups(path, step, name, batch, groups, n):
+    """One trajectories.jsonl line per prompt: model `name`'s n texts, finished flags, rewards and
+    mean generation log-probs (graft_min.Groups of the whole batch): what stored mode replays."""
+    for q, p in enumerate(batch):
+        sl = slice(q * n, (q + 1) * n)
+        append_jsonl(path, {"step": step, "model": name, "prompt_id": p.id, "texts": groups.texts[sl],
+                            "finished": groups.finished[sl], "rewards": groups.rewards[q].tolist(),
+                            "mean_logprobs": groups.mean_logprobs[sl].tolist()})
+
+
+def exchange_stats(x):
+    """A receiver's exchange and clipping statistics for metrics.jsonl, from the step's totals x:
+    groups selected, s of every peer response, w and correctness of the admitted ones, clipped tokens."""
+    return {"selected": x["selected"], "peer_responses": len(x["s"]),
+            "admitted": len(x["w"]), "admitted_share": len(x["w"]) / len(x["s"]) if x["s"] else None,
+            "admitted_correct": x["correct"],
+            "w_mean": sum(x["w"]) / len(x["w"]) if x["w"] else None, "s_values": [round(v, 4) for v in x["s"]],
+            "weighted_adv_admitted": x["wadv"],
+            "clip_self": x["clip_self"] / max(1, x["tok_self"]), "clip_peer": x["clip_peer"] / max(1, x["tok_peer"]),
+            "tokens_self": x["tok_self"], "tokens_peer": x["tok_peer"]}
 
 
 def save_checkpoint(path, state):

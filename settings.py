@@ -13,6 +13,7 @@ import os
 
 import torch
 
+import ddp
 import pairs
 import tasks
 import tiny_world
@@ -65,7 +66,9 @@ def parse_args(argv=None):
     # the paper's hyperparameters (App. B) as defaults
     a("--steps", type=int, default=174, help="training steps (paper: 174 = 3 epochs of MATH)")
     a("--prompts-per-step", type=int, default=128, help="shared prompts per step")
-    a("--n", type=int, default=8, help="responses per prompt (group size)")
+    a("--n", "--group-size", dest="n", type=int, default=8,
+      help="responses per prompt (group size); under torchrun write --group-size (torchrun's own parser takes "
+           "--n for a prefix of its --nnodes / --nproc-per-node)")
     a("--minibatches", type=int, default=4, help="minibatches (optimizer steps) per rollout batch, one epoch")
     a("--lr", type=float, default=1e-6, help="AdamW learning rate (constant)")
     a("--lr-a", type=float, default=None, help="learning rate of model A (default --lr)")
@@ -135,6 +138,10 @@ def parse_args(argv=None):
     for flag in ("weak_habit", "strong_habit"):
         if not 0.0 <= getattr(cfg, flag) <= 1.0:
             p.error(f"--{flag.replace('_', '-')} {getattr(cfg, flag)}: a share of traces, give a number in [0, 1]")
+    world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's processes (ddp.py)
+    if cfg.prompts_per_step % world:
+        p.error(f"--prompts-per-step {cfg.prompts_per_step} does not divide by the {world} processes of this torchrun: "
+                f"give a multiple of {world}, or another --nproc_per_node")
     if cfg.method == "stored" and not cfg.peer_log:
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
     if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
@@ -209,9 +216,10 @@ def model_paths(cfg):
 
 def run_config(cfg, method):
     """The run's settings as config.json records them: every flag, the method, the model paths,
-    the stored-mode peer and the thread count (the one set now, unless --threads gives it)."""
+    the stored-mode peer, the thread count (the one set now, unless --threads gives it) and the number
+    of processes (torchrun's world size, 1 without it)."""
     config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
-              "threads": cfg.threads or torch.get_num_threads()}
+              "threads": cfg.threads or torch.get_num_threads(), "world_size": ddp.world_size()}
     if method == "stored":
         config["peer"] = "b" if cfg.train == "a" else "a"
     return json.loads(json.dumps(config))
