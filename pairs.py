@@ -165,7 +165,7 @@ def enable_grad_checkpointing(model):
     transformers checkpoints a layer only when it is in training mode and gradients are on, so
     only the checkpointed layers are switched to training mode: every other module (attention,
     dropout) stays in eval mode, so there is still no dropout and rho = 1 before the first update.
-    Generation runs without gradients and keeps its KV cache."""
+    rollout.sample_groups puts every module in eval mode while it samples, so generation keeps its KV cache."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     kwargs = {"use_reentrant": False}

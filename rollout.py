@@ -133,6 +133,11 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     # The model's own generation_config (hub defaults such as top_k=20 or a repetition
     # penalty) must not change the sampling distribution: generate from a blank config.
     saved_config, model.generation_config = model.generation_config, GenerationConfig()
+    # Sampling runs every module in eval mode, the layers that gradient checkpointing keeps in training mode
+    # (pairs.enable_grad_checkpointing) too: with them in training mode transformers 5.17 drops the KV cache even
+    # without gradients (5.25 keeps it), and each new token recomputes the whole sequence (seen on a GPU).
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
     try:
         for start in range(0, len(flat), step):
             chunk = flat[start:start + step]
@@ -148,6 +153,8 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
                 finished.append(done)
     finally:
         model.generation_config = saved_config
+        for m, mode in modes:
+            m.training = mode
     bodies = [ids[:-1] if done else ids for ids, done in zip(response_ids, finished)]  # the text before the stop id
     texts = tokenizer.batch_decode(bodies, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     t1 = time.time()

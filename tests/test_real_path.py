@@ -168,6 +168,32 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(stand_i
     torch.testing.assert_close(grads[0], grads[1])
 
 
+def test_sampling_under_gradient_checkpointing_keeps_the_kv_cache(stand_ins):
+    """With the checkpointed layers in training mode, transformers 5.17 (seen on a GPU machine) dropped the
+    KV cache inside generate: each new token saw no context. sample_groups samples with every module in eval
+    mode, so each decoder layer reads a cache that grows by one token a step, the same tokens come out as
+    without checkpointing, and the training flags are restored afterwards."""
+    texts = []
+    for checkpointing in (False, True):
+        model, tok = pairs.load_policy(stand_ins[0])
+        if checkpointing:
+            pairs.enable_grad_checkpointing(model)
+        layer = model.model.layers[0]
+        seen = []  # (layer in training mode, cached tokens) at each call inside generate
+        def record(m, args, kw):
+            cache = kw.get("cache", kw.get("past_key_values"))  # its name from transformers 5.2x / before
+            seen.append((m.training, None if cache is None else cache.get_seq_length()))
+        layer.register_forward_pre_hook(record, with_kwargs=True)
+        torch.manual_seed(0)
+        ro = rollout.sample_groups(model, tok, [tok.encode("What is 2+3?")], 2, 6, score=False)
+        texts.append(ro.texts)
+        assert not any(training for training, _ in seen)
+        cached = [n for _, n in seen]
+        assert cached[0] == 0 and cached[1:] == list(range(cached[1], cached[1] + len(cached) - 1))  # grows by one
+        assert layer.training == checkpointing  # restored: the update still checkpoints this layer
+    assert texts[0] == texts[1]
+
+
 # ---------------------------------------------------------------- loaders
 
 def test_math_train_gold_is_the_last_boxed_answer(tmp_path, caplog):
