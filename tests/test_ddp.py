@@ -310,3 +310,31 @@ def test_torchrun_with_one_process_equals_plain_python(tiny_pair_ready, tmp_path
     assert read(one / "evals.jsonl") == read(plain / "evals.jsonl")
     assert runlog.read_json(one / "config.json")["world_size"] == 1
     assert any(m["selected"] > 0 for m in read(plain / "metrics.jsonl"))
+
+
+def test_the_main_job_and_stored_mode_run_under_torchrun(tiny_pair_ready, tmp_path):
+    """compare: GRPO, then GRAFT, each over both ranks; rank 0 alone prints the table and writes the summary.
+    stored: model B learns from a logged run's groups, each rank replaying its share of the batch."""
+    out = tmp_path / "compare"
+    flags = [a for a in FLAGS if a not in ("--method", "graft")]
+    log = open(f"{out}.log", "w")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "graft_min.py", *flags, "--steps", "1", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=log, text=True, timeout=600)
+    assert proc.returncode == 0, open(f"{out}.log").read()[-3000:]
+    assert proc.stdout.count("held-out pass@1 (T 0.6), start and end of training") == 1  # one table, from rank 0
+    summary = runlog.read_json(out / "summary.json")
+    assert sorted(summary["methods"]) == ["graft", "grpo"]
+    for method in ("grpo", "graft"):
+        assert runlog.read_json(out / method / "config.json")["world_size"] == 2
+
+    stored = tmp_path / "stored"
+    finish(launch(stored, 2, "--steps", "1", "--method", "stored", "--train", "b", "--peer-log",
+                  str(out / "grpo" / "trajectories.jsonl")), stored)
+    metrics = runlog.read_jsonl(stored / "metrics.jsonl")
+    assert [m["model"] for m in metrics] == ["b"] and metrics[0]["candidates_in"] >= metrics[0]["selected"]
+    logged = [r for r in runlog.read_jsonl(out / "grpo" / "trajectories.jsonl") if r["model"] == "a"]
+    k_a = [sum(r["rewards"]) for r in logged]  # the replayed peer's success counts, whole batch
+    own = runlog.read_jsonl(stored / "trajectories.jsonl")  # B's groups of the whole batch, from both ranks
+    assert len(own) == len(k_a) == 8
+    assert metrics[0]["candidates_in"] == sum(1 for q, r in enumerate(own) if sum(r["rewards"]) == 0 and 0 < k_a[q] < 4)
