@@ -429,6 +429,8 @@ def run(cfg, method, out):
     names = [cfg.train] if method == "stored" else ["a", "b"]
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
+    if main:
+        runlog.announce_checkpoints(out, [p.model for p in policies.values()], cfg)
     train_problems, heldout = settings.load_data(cfg)
     peer_log = runlog.read_peer_log(cfg.peer_log, cfg.peer) if method == "stored" else None
 
@@ -533,7 +535,8 @@ def main(argv=None):
         if cfg.method == "compare":
             return compare(cfg)
         summary = run(cfg, cfg.method, cfg.out)
-    except (pairs.ModelNotAvailable, tasks.DataNotAvailable, runlog.ConfigMismatch) as e:
+    except (pairs.ModelNotAvailable, tasks.DataNotAvailable, tasks.BadData, runlog.ConfigMismatch,
+            runlog.CheckpointNotWritten) as e:
         raise SystemExit(f"graft_min: {e}") from None
     finally:
         ddp.close()

@@ -18,10 +18,13 @@ mode checks the run whose log it replays the same way (`check_peer_log`).
 import json
 import logging
 import os
+import shutil
 import tempfile
 
 import torch
 
+import pairs
+from tasks import BadData
 from wheels import share_modes
 
 log = logging.getLogger("graft_min")
@@ -39,6 +42,10 @@ MISSING = "<not set>"  # how a key that only one config has is shown
 
 class ConfigMismatch(ValueError):
     """A run folder's settings disagree with those of a run that would reuse it."""
+
+
+class CheckpointNotWritten(OSError):
+    """checkpoint.pt could not be written (a full disk, say); the previous checkpoint is intact."""
 
 
 def _atomic(path, write):
@@ -66,7 +73,7 @@ def read_json(path):
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
+            raise BadData(f"{path}: not valid JSON ({e})") from e
 
 
 def append_jsonl(path, record):
@@ -84,7 +91,7 @@ def read_jsonl(path):
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {lineno}: not valid JSON ({e.msg})") from e
+                raise BadData(f"{path}, line {lineno}: not valid JSON ({e.msg})") from e
     return records
 
 
@@ -205,14 +212,14 @@ def logged_groups(peer_log, step, prompt_ids, cfg):
     """The logged records of step `step`, checked against this run's batch (its prompt ids) and n."""
     path, records = cfg.peer_log, peer_log.get(step)
     if not records:
-        raise ValueError(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
+        raise BadData(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
                          f"0..{max(peer_log) if peer_log else -1} (run the GRPO run for at least --steps {cfg.steps})")
     ids = [r["prompt_id"] for r in records]
     if ids != prompt_ids:
-        raise ValueError(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
+        raise BadData(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
                          f"{prompt_ids[:3]}...; use the logged run's --seed, --prompts-per-step and data")
     if any(len(r["texts"]) != cfg.n for r in records):
-        raise ValueError(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
+        raise BadData(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
     return records
 
 
@@ -239,14 +246,32 @@ def exchange_stats(x):
 
 
 def save_checkpoint(path, state):
-    _atomic(path, lambda f: torch.save(state, f))
+    """Write the checkpoint atomically. If it cannot be written (no space left, say), the partial file is
+    removed, the previous checkpoint stays as it was, and CheckpointNotWritten says so in one line."""
+    try:
+        _atomic(path, lambda f: torch.save(state, f))
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        previous = f"the previous checkpoint {path} is intact" if os.path.exists(path) else "no checkpoint was kept"
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free / 1e9
+        raise CheckpointNotWritten(f"{path}: cannot write the checkpoint ({e}); {previous}; {free:.1f} GB free there. "
+                                   f"Free disk space and rerun with --resume") from e
+
+
+def announce_checkpoints(out, models, cfg):
+    """Say, before the first checkpoint, how large each checkpoint.pt will be: both models' fp32 weights and
+    AdamW's two fp32 moments (12 bytes a parameter, pairs.memory_estimate's figures; gradients are not saved)."""
+    gb = sum(g["weights"] + g["adam"] for g in (pairs.memory_estimate(m, cfg) for m in models))
+    log.info("%s: each checkpoint.pt will hold ~%.1f GB (fp32 weights and AdamW states of %d model(s)), written "
+             "every %d steps and at the end; writing it needs that much free space again", out, gb, len(models),
+             cfg.ckpt_every)
+    return gb
 
 
 def load_checkpoint(path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, EOFError) as e:
-        raise ValueError(f"{path}: cannot read the checkpoint ({e}); delete it to start over") from e
+        raise BadData(f"{path}: cannot read the checkpoint ({e}); delete it to start over") from e
 
 
 def first_last(ms, value, share=0.2):

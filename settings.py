@@ -47,6 +47,39 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
 }
 
 
+# Every flag with a range, checked when the arguments are parsed, before any model loads: flag -> (test, message).
+# A flag left at None (a per-model learning rate, a batch size, the thread count) is not checked.
+INT_GE1 = (lambda v: v >= 1, "out of range; give an integer >= 1")
+POSITIVE = (lambda v: v > 0, "out of range; give a number > 0")
+SHARE = (lambda v: 0 <= v <= 1, "a share of traces, give a number in [0, 1]")
+RANGES = {
+    "steps": INT_GE1, "prompts_per_step": INT_GE1, "minibatches": INT_GE1, "max_new_tokens": INT_GE1,
+    "eval_every": INT_GE1, "eval_samples": INT_GE1, "eval_problems": INT_GE1, "ckpt_every": INT_GE1,
+    "threads": INT_GE1, "gen_batch": INT_GE1, "micro_batch": INT_GE1,
+    "n": (lambda v: v >= 2, "out of range; give an integer >= 2 (one response has no group advantage)"),
+    "warmup_steps": (lambda v: v >= 0, "out of range; give an integer >= 0"),
+    "lr": POSITIVE, "lr_a": POSITIVE, "lr_b": POSITIVE, "grad_clip": POSITIVE, "temperature": POSITIVE,
+    "eval_temperature": POSITIVE,
+    "weight_decay": (lambda v: v >= 0, "out of range; give a number >= 0"),
+    "eps_low": (lambda v: 0 <= v < 1, "out of range; give a number in [0, 1)"),
+    "eps_high": (lambda v: v >= 0, "out of range; give a number >= 0"),
+    "delta": (lambda v: v >= 0, "out of range; give a number >= 0 (0: no floor)"),
+    "eval_top_p": (lambda v: 0 < v <= 1, "out of range; give a number in (0, 1]"),
+    "weak_habit": SHARE, "strong_habit": SHARE,
+}
+
+
+def check_ranges(p, cfg):
+    """argparse's error (exit 2) for the first flag outside its range, naming the flag, the value and the range."""
+    for name, (ok, message) in RANGES.items():
+        value = getattr(cfg, name)
+        if value is not None and not ok(value):
+            p.error(f"--{name.replace('_', '-')} {value}: {message}")
+    if cfg.minibatches > cfg.prompts_per_step:
+        p.error(f"--minibatches {cfg.minibatches}: more than the {cfg.prompts_per_step} prompts per step; give at "
+                f"most --prompts-per-step (each minibatch holds whole prompts' groups)")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="GRAFT vs GRPO co-training of two language models.")
     a = p.add_argument
@@ -135,9 +168,7 @@ def parse_args(argv=None):
     p.set_defaults(**PRESETS[pair])
     cfg = p.parse_args(argv)
     cfg.out = cfg.out or os.path.join("runs", cfg.pair)
-    for flag in ("weak_habit", "strong_habit"):
-        if not 0.0 <= getattr(cfg, flag) <= 1.0:
-            p.error(f"--{flag.replace('_', '-')} {getattr(cfg, flag)}: a share of traces, give a number in [0, 1]")
+    check_ranges(p, cfg)
     world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's processes (ddp.py)
     if cfg.prompts_per_step % world:
         p.error(f"--prompts-per-step {cfg.prompts_per_step} does not divide by the {world} processes of this torchrun: "

