@@ -151,7 +151,7 @@ def graft_groups(recv, recv_ro, src, selected, cfg):
         return rows, []
     prompt_ids = [recv_ro.prompt_ids[q] for q, _, _ in cand]
     lp, mask = rollout.token_logprobs(recv.model, prompt_ids, list(resp), recv.tok.pad_token_id, cfg.temperature,
-                                      cfg.micro_batch)  # [P, T] receiver's pi_old on its own tokens
+                                      cfg.micro_batch, desc=f"{recv.name}: scoring peer responses")  # [P, T] pi_old
     recv_mean = loss.mean_logprob(lp, mask).cpu()  # [P] Eq. 6, receiver side
     src_mean = torch.stack([src.mean_logprobs[q * n + i] for q, i, _ in cand])  # [P] Eq. 6, source side
     s = loss.compatibility_score(recv_mean, src_mean)  # [P] Eq. 7
@@ -192,7 +192,7 @@ def update(pol, rows, cfg, rng):
     st = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "clip_self": 0, "tok_self": 0, "clip_peer": 0, "tok_peer": 0}
     most = ddp.maximum(len({r.prompt for r in rows}))  # prompts in the largest rank's buffer
     mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng, most) if most else []
-    for mb in mbs:  # the model stays in eval mode: no dropout, so rho = 1 exactly before the first step
+    for mb in rollout.progress(mbs, f"{pol.name}: update", unit="minibatch"):  # eval mode: rho = 1 at first
         pol.opt.zero_grad(set_to_none=True)
         n_tokens = ddp.total(sum(len(r.response_ids) for r in mb))  # Eq. 10's divisor, the global minibatch
         mb_loss = 0.0
@@ -267,7 +267,8 @@ def seed_for(cfg, step, name, what="sample", rank=0):
     """Every random draw depends only on (seed, step, model, purpose, rank): runs resume exactly, and a
     model samples the same groups whether or not its peer trains beside it. Rank 0 (or one process)
     draws as it always did; the other ranks of a torchrun draw their own streams."""
-    return int(hashlib.sha256(f"{cfg.seed}/{step}/{name}/{what}{f'/rank{rank}' * bool(rank)}".encode()).hexdigest()[:15], 16)
+    key = f"{cfg.seed}/{step}/{name}/{what}" + (f"/rank{rank}" if rank else "")
+    return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
 
 
 def rollout_groups(pol, batch, cfg, step):
@@ -275,7 +276,7 @@ def rollout_groups(pol, batch, cfg, step):
     torch.manual_seed(seed_for(cfg, step, pol.name, rank=ddp.rank()))
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
-                               gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch)
+                               gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch, desc=pol.name)
     return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), group_rewards(ro.texts, batch, cfg))
 
 
@@ -372,8 +373,8 @@ def evaluate(pol, heldout, cfg, step):
         problems, _ = ddp.shard(problems)
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
         texts = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
-                                      cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch,
-                                      score=False).texts if problems else []
+                                      cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False,
+                                      desc=f"eval {pol.name} {fam}").texts if problems else []
         hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
                 for j, t in enumerate(texts)]
         counts = ddp.combine({"hits": sum(hits), "samples": len(hits)})

@@ -29,7 +29,11 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from tqdm import tqdm
 from transformers import GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+import ddp
 
 
 @dataclass
@@ -50,6 +54,27 @@ class Rollout:
         return torch.stack([lp.mean() for lp in self.logprobs])
 
 
+def progress(items=None, desc=None, **kw):
+    """A progress bar for a wait that may be long (a phase of a step, an evaluation): shown after 5 s, at most
+    one update a second, gone when done; none without desc or on ranks other than 0 under torchrun."""
+    return tqdm(items, desc=desc, leave=False, delay=5, mininterval=1, disable=desc is None or not ddp.is_main(), **kw)
+
+
+class TokenBar(BaseStreamer):
+    """Moves a bar by one for each new token `generate` samples (it passes the prompt first, then each step)."""
+
+    def __init__(self, bar):
+        self.bar, self.prompt_seen = bar, False
+
+    def put(self, value):
+        if self.prompt_seen:
+            self.bar.update(1)
+        self.prompt_seen = True
+
+    def end(self):
+        pass
+
+
 def pad_batch(prompt_ids, response_ids, pad_id):
     """Left-pad prompts, right-pad responses -> input_ids, attention_mask, position_ids [B, L],
     response mask [B, R], and the column P where every response starts."""
@@ -66,17 +91,19 @@ def pad_batch(prompt_ids, response_ids, pad_id):
     return input_ids, attention, position_ids, response_mask, P
 
 
-def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None, entropy=False):
+def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None, entropy=False,
+                   desc=None):
     """log_softmax(logits / T) of each response token given its prompt and the tokens before it.
 
     prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]), and with
     entropy=True also the entropy of the whole next-token distribution at each position [B, R];
-    gradients flow when grad mode is on. micro_batch splits the forward to bound memory.
+    gradients flow when grad mode is on. micro_batch splits the forward to bound memory (desc: a bar over them).
     """
     device = next(model.parameters()).device
     if micro_batch and len(prompt_ids) > micro_batch:
         parts = [token_logprobs(model, prompt_ids[i:i + micro_batch], response_ids[i:i + micro_batch],
-                                pad_id, temperature, entropy=entropy) for i in range(0, len(prompt_ids), micro_batch)]
+                                pad_id, temperature, entropy=entropy)
+                 for i in progress(range(0, len(prompt_ids), micro_batch), desc, unit="micro-batch")]
         R = max(part[0].shape[1] for part in parts)
         return tuple(torch.cat([torch.nn.functional.pad(part[k], (0, R - part[k].shape[1])) for part in parts])
                      for k in range(len(parts[0])))
@@ -113,13 +140,14 @@ def response_length(ids, stop):
 
 @torch.no_grad()
 def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0,
-                  gen_batch=None, score=True, score_batch=None):
+                  gen_batch=None, score=True, score_batch=None, desc=None):
     """Sample n responses for each prompt (lists of ids) and score them. Returns a Rollout.
 
     top_p < 1 is only for evaluation (the paper evaluates at T 0.6, top-p 0.95); training
     rollouts use the defaults so that the behaviour policy is exactly softmax(logits / T).
     score=False skips the behaviour log-probs (evaluation needs only the texts). score_batch bounds the
     sequences per scoring forward pass: its [B, T, V] logits are far larger than generation's.
+    desc names the progress bars of a long wait: tokens sampled (with an ETA), then sequences scored.
     """
     t0 = time.time()
     device = next(model.parameters()).device
@@ -138,20 +166,25 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     # without gradients (5.25 keeps it), and each new token recomputes the whole sequence (seen on a GPU).
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
+    chunks = range(0, len(flat), step)
+    bar = progress(desc=desc and f"{desc}: sampling", total=len(chunks) * max_new_tokens, unit="token")
     try:
-        for start in range(0, len(flat), step):
+        for start in chunks:
             chunk = flat[start:start + step]
             P = max(len(p) for p in chunk)
             input_ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in chunk], device=device)
             attention = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=device)
             out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                  temperature=temperature, top_p=top_p, top_k=0,
-                                 max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id)
+                                 max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id,
+                                 streamer=TokenBar(bar))
+            bar.update(max_new_tokens - (out.shape[1] - P))  # the steps not taken: every response had stopped
             for row in out[:, P:].tolist():  # cut at the first stop id: what follows is padding
                 length, done = response_length(row, stop)
                 response_ids.append(row[:length])
                 finished.append(done)
     finally:
+        bar.close()
         model.generation_config = saved_config
         for m, mode in modes:
             m.training = mode
@@ -159,9 +192,10 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     texts = tokenizer.batch_decode(bodies, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     t1 = time.time()
     logprobs, entropy = [], []
-    for start in range(0, len(flat), step) if score else []:
+    for start in progress(chunks, desc and f"{desc}: scoring", unit="chunk") if score else []:
         lp, mask, ent = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
-                                       temperature, micro_batch=score_batch, entropy=True)
+                                       temperature, micro_batch=score_batch, entropy=True,
+                                       desc=desc and f"{desc}: scoring")
         logprobs += [row[m].float().cpu() for row, m in zip(lp, mask)]
         entropy += [row[m].float().cpu() for row, m in zip(ent, mask)]
     seconds = {"generate": t1 - t0, "score": time.time() - t1}

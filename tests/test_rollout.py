@@ -175,3 +175,35 @@ def test_sampling_stops_on_every_end_id_of_the_models_generation_config():
         assert len(lp) == len(ids) and torch.isfinite(lp).all()  # the end id is scored: it is in the loss mask
         assert text == tok.decode(ids[:-1] if done else ids, skip_special_tokens=True) and "<" not in text
     assert model.generation_config.eos_token_id == [end2, eos]  # the model's own config is restored
+
+
+def test_long_waits_show_progress_by_token_and_by_micro_batch(llama, char_tok_a, monkeypatch):
+    """sample_groups' bars (rollout.progress, shown after 5 s in a real run; here at once, into a buffer):
+    sampling moves one step per sampled token, filled to chunks x max_new_tokens when every response stopped
+    early; scoring counts its micro-batches. Bars change nothing: the same samples as without them."""
+    import io
+
+    bars = []
+
+    def visible(items=None, desc=None, **kw):
+        bar = rollout.tqdm(items, desc=desc, file=io.StringIO(), disable=desc is None,
+                           **{k: v for k, v in kw.items() if k not in ("delay", "mininterval")})
+        bars.append(bar)
+        return bar
+    prompts = [char_tok_a.encode(p.question) for p in _texts()[:2]]
+    torch.manual_seed(0)
+    plain = rollout.sample_groups(llama, char_tok_a, prompts, 3, max_new_tokens=10, gen_batch=4, score_batch=2)
+    monkeypatch.setattr(rollout, "progress", visible)
+    steps = []
+    put = rollout.TokenBar.put
+    monkeypatch.setattr(rollout.TokenBar, "put", lambda self, v: steps.append(1) or put(self, v))
+    torch.manual_seed(0)
+    ro = rollout.sample_groups(llama, char_tok_a, prompts, 3, max_new_tokens=10, gen_batch=4, score_batch=2,
+                               desc="model a")
+    assert ro.texts == plain.texts and all(torch.equal(x, y) for x, y in zip(ro.logprobs, plain.logprobs))
+    sampling = next(b for b in bars if b.desc == "model a: sampling")
+    assert sampling.total == 2 * 10 and sampling.n == 2 * 10  # 6 sequences in chunks of 4 -> 2 generate calls
+    # generate passes each chunk's prompt, then each sampled step: as many steps as the chunk's longest response
+    assert len(steps) == 2 + max(len(r) for r in ro.response_ids[:4]) + max(len(r) for r in ro.response_ids[4:])
+    scoring = [b for b in bars if b.desc == "model a: scoring" and b.unit == "micro-batch"]
+    assert [b.n for b in scoring] == [2]  # the chunk of 4 in 2 micro-batches of 2; the chunk of 2 in one pass
