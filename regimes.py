@@ -147,7 +147,7 @@ def main(argv=None):
         if not finished and not args.report:
             t0 = time.time()
             settings.model_paths(settings.parse_args(["--pair", "tiny", *flags]))  # warm-start once, before the workers
-            graft_min.run_parallel(jobs, args.jobs)
+            graft_min.run_parallel(jobs, args.jobs, f"regime point {name}: runs")
             walls[name] = walls.get(name, 0.0) + time.time() - t0
             runlog.write_json(log_path, walls)
             finished = True

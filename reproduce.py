@@ -349,8 +349,8 @@ def main(argv=None):
     online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
     stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
     check_reuse(online + stored)
-    graft_min.run_parallel(online, args.jobs)  # GRPO (2n), the longest, first
-    graft_min.run_parallel(stored, args.jobs)  # they read the GRPO runs' logs
+    graft_min.run_parallel(online, args.jobs, "reproduce: online runs")  # GRPO (2n), the longest, first
+    graft_min.run_parallel(stored, args.jobs, "reproduce: stored runs")  # they read the GRPO runs' logs
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)
     greedy = greedy_evals([job for job in online if os.path.basename(job[2]) in ("grpo", "graft")])

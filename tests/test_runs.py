@@ -172,7 +172,7 @@ def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tm
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     started = []
 
-    def stop(jobs, workers):
+    def stop(jobs, workers, desc=None):
         started.append(jobs)
         raise Started
     monkeypatch.setattr(graft_min, "run_parallel", stop)
