@@ -117,7 +117,7 @@ def make_world(seed=0, split_carry=False, narrate=False, heldout_per_family=200,
     split_carry (a world knob): each family becomes two, by whether its units column carries: "add" /
     "mul" (it does not) and "addc" / "mulc" (it does; the habit drops that carry), so that a teacher can
     teach the habit on one sub-skill only. Each sub-family holds out min(heldout_per_family, a third)
-    of its problems (mul without a units carry has only 194). narrate: column_trace's narrated traces."""
+    of its problems (mul without a units carry has only 182). narrate: column_trace's narrated traces."""
     rng = random.Random(f"tiny-world-{seed}")
     train, heldout = {}, {}
     for fam, (make, first, second, units_carry) in FAMILIES.items():

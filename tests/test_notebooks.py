@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
 EXPECTED = ["01_loss_math.ipynb", "02_one_graft_step.ipynb", "03_complementarity.ipynb"]
-CELL_TIMEOUT = 240  # seconds per cell: a guard against hangs (each notebook takes under a minute in all)
+CELL_TIMEOUT = 240  # seconds per cell: a guard against hangs (03, the longest, takes about 2 minutes on 2 cores)
 KERNEL = "graft-min-test"
 
 
