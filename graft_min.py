@@ -192,7 +192,7 @@ def update(pol, rows, cfg, rng):
     st = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "clip_self": 0, "tok_self": 0, "clip_peer": 0, "tok_peer": 0}
     most = ddp.maximum(len({r.prompt for r in rows}))  # prompts in the largest rank's buffer
     mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng, most) if most else []
-    for mb in rollout.progress(mbs, f"{pol.name}: update", unit="minibatch"):  # eval mode: rho = 1 at first
+    for mb in rollout.progress(mbs, f"{pol.name}: update", rollout.bar_delay(pol.model), unit="minibatch"):
         pol.opt.zero_grad(set_to_none=True)
         n_tokens = ddp.total(sum(len(r.response_ids) for r in mb))  # Eq. 10's divisor, the global minibatch
         mb_loss = 0.0
@@ -346,10 +346,7 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
             # token-means over the model's own sampled responses: next-token entropy at T, sampled log-prob
             "entropy": float(x["entropy"].mean()), "sampled_logprob": float(x["logprob"].mean()),
             **split,
-            # complementarity (Fig. 1): of my all-fail prompts, on how many does the peer succeed / is it mixed?
-            "peer_any_success_on_all_fail": _share((k[peer] > 0) & all_fail, all_fail),
-            "peer_mixed_on_all_fail": _share((k[peer] > 0) & (k[peer] < n) & all_fail, all_fail),
-            "candidates_in": int(((k[peer] > 0) & (k[peer] < n) & all_fail).sum()),
+            **runlog.complementarity_stats(k[name], k[peer], n),  # Fig. 1 on this batch
             **runlog.exchange_stats(x),
             "loss": st["loss"], "grad_norm": st["grad_norm"], "skipped_updates": st["skipped"],
             "peer_minibatch_positions": sorted(set(x["peer_minibatch_positions"])), "minibatches": st["minibatches"],
@@ -357,10 +354,6 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
                         "graft": t_graft, "update": time.time() - t1 - t_graft, "rollout_all": t_rollout},
         }
     return metrics, whole
-
-
-def _share(hits, base):
-    return float(hits.sum()) / float(base.sum()) if base.any() else None
 
 
 @torch.no_grad()

@@ -54,10 +54,17 @@ class Rollout:
         return torch.stack([lp.mean() for lp in self.logprobs])
 
 
-def progress(items=None, desc=None, **kw):
-    """A progress bar for a wait that may be long (a phase of a step, an evaluation): shown after 5 s, at most
-    one update a second, gone when done; none without desc or on ranks other than 0 under torchrun."""
-    return tqdm(items, desc=desc, leave=False, delay=5, mininterval=1, disable=desc is None or not ddp.is_main(), **kw)
+def progress(items=None, desc=None, delay=5, **kw):
+    """A progress bar for a wait that may be long (a phase of a step, an evaluation): shown after `delay` s, at
+    most one update a second, gone when done; none without desc or on ranks other than 0 under torchrun."""
+    return tqdm(items, desc=desc, leave=False, delay=delay, mininterval=1, disable=desc is None or not ddp.is_main(),
+                **kw)
+
+
+def bar_delay(model):
+    """Seconds before a bar of this model's work shows: at once for a real model (100M parameters or more: on a
+    CPU its prefill alone can take a minute before the first token moves the bar), after 5 s for the tiny pair."""
+    return 0 if sum(p.numel() for p in model.parameters()) >= 100_000_000 else 5
 
 
 class TokenBar(BaseStreamer):
@@ -103,7 +110,7 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
     if micro_batch and len(prompt_ids) > micro_batch:
         parts = [token_logprobs(model, prompt_ids[i:i + micro_batch], response_ids[i:i + micro_batch],
                                 pad_id, temperature, entropy=entropy)
-                 for i in progress(range(0, len(prompt_ids), micro_batch), desc, unit="micro-batch")]
+                 for i in progress(range(0, len(prompt_ids), micro_batch), desc, bar_delay(model), unit="micro-batch")]
         R = max(part[0].shape[1] for part in parts)
         return tuple(torch.cat([torch.nn.functional.pad(part[k], (0, R - part[k].shape[1])) for part in parts])
                      for k in range(len(parts[0])))
@@ -166,8 +173,8 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     # without gradients (5.25 keeps it), and each new token recomputes the whole sequence (seen on a GPU).
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
-    chunks = range(0, len(flat), step)
-    bar = progress(desc=desc and f"{desc}: sampling", total=len(chunks) * max_new_tokens, unit="token")
+    chunks, delay = range(0, len(flat), step), bar_delay(model)
+    bar = progress(desc=desc and f"{desc}: sampling", delay=delay, total=len(chunks) * max_new_tokens, unit="token")
     try:
         for start in chunks:
             chunk = flat[start:start + step]
@@ -192,7 +199,7 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     texts = tokenizer.batch_decode(bodies, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     t1 = time.time()
     logprobs, entropy = [], []
-    for start in progress(chunks, desc and f"{desc}: scoring", unit="chunk") if score else []:
+    for start in progress(chunks, desc and f"{desc}: scoring", delay, unit="chunk") if score else []:
         lp, mask, ent = token_logprobs(model, flat[start:start + step], response_ids[start:start + step], pad_id,
                                        temperature, micro_batch=score_batch, entropy=True,
                                        desc=desc and f"{desc}: scoring")

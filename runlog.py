@@ -233,6 +233,17 @@ def log_groups(path, step, name, batch, groups, n):
                             "mean_logprobs": groups.mean_logprobs[sl].tolist()})
 
 
+def complementarity_stats(k_self, k_peer, n):
+    """Fig. 1 on one batch, for metrics.jsonl: of this model's all-fail prompts (success counts k_self [G]), the
+    share where the peer (k_peer [G]) has >= 1 success, the share where its group is mixed, and their count."""
+    all_fail, mixed = k_self == 0, (k_peer > 0) & (k_peer < n)
+
+    def share(hits):
+        return float(hits.sum()) / float(all_fail.sum()) if all_fail.any() else None
+    return {"peer_any_success_on_all_fail": share((k_peer > 0) & all_fail),
+            "peer_mixed_on_all_fail": share(mixed & all_fail), "candidates_in": int((mixed & all_fail).sum())}
+
+
 def exchange_stats(x):
     """A receiver's exchange and clipping statistics for metrics.jsonl, from the step's totals x:
     groups selected, s of every peer response, w and correctness of the admitted ones, clipped tokens."""

@@ -178,16 +178,15 @@ def test_sampling_stops_on_every_end_id_of_the_models_generation_config():
 
 
 def test_long_waits_show_progress_by_token_and_by_micro_batch(llama, char_tok_a, monkeypatch):
-    """sample_groups' bars (rollout.progress, shown after 5 s in a real run; here at once, into a buffer):
+    """sample_groups' bars (rollout.progress, shown after 5 s for a tiny model; here at once, into a buffer):
     sampling moves one step per sampled token, filled to chunks x max_new_tokens when every response stopped
     early; scoring counts its micro-batches. Bars change nothing: the same samples as without them."""
     import io
 
     bars = []
 
-    def visible(items=None, desc=None, **kw):
-        bar = rollout.tqdm(items, desc=desc, file=io.StringIO(), disable=desc is None,
-                           **{k: v for k, v in kw.items() if k not in ("delay", "mininterval")})
+    def visible(items=None, desc=None, delay=5, **kw):
+        bar = rollout.tqdm(items, desc=desc, file=io.StringIO(), disable=desc is None, **kw)
         bars.append(bar)
         return bar
     prompts = [char_tok_a.encode(p.question) for p in _texts()[:2]]
@@ -207,3 +206,8 @@ def test_long_waits_show_progress_by_token_and_by_micro_batch(llama, char_tok_a,
     assert len(steps) == 2 + max(len(r) for r in ro.response_ids[:4]) + max(len(r) for r in ro.response_ids[4:])
     scoring = [b for b in bars if b.desc == "model a: scoring" and b.unit == "micro-batch"]
     assert [b.n for b in scoring] == [2]  # the chunk of 4 in 2 micro-batches of 2; the chunk of 2 in one pass
+
+
+def test_bars_of_a_real_model_show_at_once(llama):
+    big = torch.nn.Linear(10_000, 10_000)  # 100M parameters: a real model's size
+    assert rollout.bar_delay(big) == 0 and rollout.bar_delay(llama) == 5
