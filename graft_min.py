@@ -192,12 +192,16 @@ def update(pol, rows, cfg, rng):
     st = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "clip_self": 0, "tok_self": 0, "clip_peer": 0, "tok_peer": 0}
     most = ddp.maximum(len({r.prompt for r in rows}))  # prompts in the largest rank's buffer
     mbs = minibatches(rows, cfg.minibatches, cfg.peer_order, rng, most) if most else []
-    for mb in rollout.progress(mbs, f"{pol.name}: update", rollout.bar_delay(pol.model), unit="minibatch"):
+    micro_size = cfg.micro_batch or max([1] + [len(mb) for mb in mbs])  # sequences per forward / backward
+    bar = rollout.progress(desc=f"{pol.name}: update", delay=rollout.bar_delay(pol.model), unit="micro-batch",
+                           total=sum(math.ceil(len(mb) / micro_size) for mb in mbs))
+    for j, mb in enumerate(mbs):  # the model stays in eval mode: no dropout, so rho = 1 before the first step
+        bar.set_postfix_str(f"minibatch {j + 1}/{len(mbs)}", refresh=False)
         pol.opt.zero_grad(set_to_none=True)
         n_tokens = ddp.total(sum(len(r.response_ids) for r in mb))  # Eq. 10's divisor, the global minibatch
         mb_loss = 0.0
-        for i in range(0, len(mb), cfg.micro_batch or max(1, len(mb))):  # none when this rank's part is empty
-            micro = mb[i:i + (cfg.micro_batch or len(mb))]
+        for i in range(0, len(mb), micro_size):  # none when this rank's part is empty
+            micro = mb[i:i + micro_size]
             lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in micro], [r.response_ids for r in micro],
                                               pol.tok.pad_token_id, cfg.temperature)  # [B, T] with grad
             old = torch.nn.utils.rnn.pad_sequence([r.old_logprobs for r in micro], batch_first=True).to(lp.device)
@@ -211,6 +215,7 @@ def update(pol, rows, cfg, rng):
                 kind = "peer" if r.peer else "self"
                 st[f"clip_{kind}"] += c
                 st[f"tok_{kind}"] += len(r.response_ids)
+            bar.update(1)
         ddp.sum_gradients(pol.model.parameters())
         mb_loss = ddp.total(mb_loss)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(pol.model.parameters(), cfg.grad_clip))
@@ -221,6 +226,7 @@ def update(pol, rows, cfg, rng):
         pol.opt.step()
         st["loss"] += mb_loss / len(mbs)
         st["grad_norm"] += grad_norm / len(mbs)
+    bar.close()
     st["minibatches"] = len(mbs)
     st["peer_minibatch_positions"] = [i for i, mb in enumerate(mbs) if any(r.peer for r in mb)]
     return st
