@@ -30,10 +30,14 @@ Grading policy
   A numeral with a base subscript (312_4, 1A_{16}) equals the same number in the same base
   (0312_4), or its bare digits (312) read in that base; 312_4 != 312_7 and 312_4 != 54.
   Ignored: thousands separators (1,000), \\dfrac/\\tfrac, \\left/\\right, spacing commands,
-  degrees (^\\circ), percent signs (25\\% = 25, hence 25\\% != 0.25), units in \\text{...} or
-  as a plain word after a number ("18 dollars"), and dollar signs. Intervals, tuples and
-  matrices are ordered; a plain list of solutions ("2, -3") is not; a column vector equals the
-  tuple of its entries. "x = 3" matches "3". 2\\frac{1}{2} is 5/2. Multiple-choice letters A-E
+  degrees (^\\circ), percent signs and words (25\\% = 25 percent = 25, hence 25\\% != 0.25),
+  units in \\text{...} or as plain words after a number ("18 dollars"), and dollar signs. A
+  response's answer in a sentence stands for its one number ("she has 12 apples" = 12), a
+  gold's does not; a word that changes or hedges the number keeps it ("12 thousand", "half of
+  12", "more than 5", "12 or 13" are not 12 / 5). Intervals, tuples and matrices are ordered; a
+  plain list of solutions ("2, -3") or a set is not, and neither matches a tuple or interval
+  ("1, 2" != (1, 2)); a column vector equals the tuple of its entries. "x = 3" matches "3", and
+  "x = 3" but not "y = 3" matches "x=3". 2\\frac{1}{2} is 5/2. Multiple-choice letters A-E
   match in any dress: B, (B), \\text{(B)}, \\textbf{(B)} 12 (whose value 12 also matches a
   gold 12).
 - reward never raises: every failure scores 0.0 and logs a warning once per kind of failure.
@@ -179,14 +183,72 @@ _CLEAN = [(re.compile(p), r) for p, r in [
 ]]
 _UNIT_TAIL = re.compile(_TEXT + r"\{([^{}]*)\}(?:\s*\^\s*\{?\d\}?)?$")
 _WRAPPED = re.compile(_TEXT + r"\{")
-_WORD_UNIT = re.compile(r"([-+]?[\d.,/]*\d) ([A-Za-z]{2,})(?: [A-Za-z]+)*")
-_NOT_UNITS = {"and", "or", "pi", "sqrt", "times", "over", "plus", "minus", "divided"}
+_INNER_TEXT = re.compile(_TEXT + r"\{([^{}]*)\}")
 _ASSIGN = re.compile(r"\\?[A-Za-z]\w*(?:_\{\w+\}|_\w)? ?=(?!=) ?")
 _COLUMN = re.compile(r"\\begin\{([pb])matrix\}([^&]*)\\end\{\1matrix\}")
 
+# Words next to which a number is not the answer by itself: they change its value ("12 thousand",
+# "5 squared", "half of 12", "two boxes of 6"), make it a bound or a guess ("more than 5", "about
+# 12"), deny it ("not 12"), or offer another ("12 or 13"). Plurals are covered ("thirds").
+# A comparative alone is a difference, the answer to "how many more": "12 more apples" is 12.
+_VALUE_WORDS = set("""
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    hundred thousand million billion trillion dozen half halve third quarter fourth fifth sixth
+    seventh eighth ninth tenth hundredth thousandth millionth twice double triple thrice
+    plus minus times multiplied divided over squared cubed factorial negative log ln sin cos tan
+    sqrt pi infinity mod modulo base binary octal hex hexadecimal
+    than least most above below under within between approximately approx about around
+    roughly nearly almost circa estimate estimated
+    not no never none nor neither without except excluding but or either if unless when whenever
+    otherwise assume assuming suppose maybe perhaps possibly probably unlikely guess bound wrong
+    incorrect false invalid impossible cannot
+""".split())
+# Before a number these apply an operation to it ("the square of 5", "a multiple of 5"); after
+# it they count things ("12 square feet", "12 factors"). So "the sum is 12" is not taken either.
+_VALUE_WORDS_BEFORE = set("""
+    square cube cubic root power exponent sum difference product quotient ratio multiple factor
+    divisor divisible reciprocal inverse opposite absolute complement supplement
+""".split())
+_UP_TO = re.compile(r"\bup to\b|\band up\b")  # "up to 12", "12 and up": bounds
+_PHRASE_WORD = r"[A-Za-z][A-Za-z'\u2019-]*"
+_IN_WORDS = re.compile(  # words, one number, words: 'she has 12 apples', '18 dollars'
+    rf"(?P<before>(?:{_PHRASE_WORD}[ ,:]+)*)(?P<number>[-+]?\d(?:[\d.,/]*\d)?)"
+    rf"(?P<after>(?:[ ,:]+{_PHRASE_WORD})*)")
+
+
+def _changes_value(words, before=False):
+    """Does a word of `words` (text) make a number next to it more than a plain quantity?"""
+    vocabulary = _VALUE_WORDS | _VALUE_WORDS_BEFORE if before else _VALUE_WORDS
+    words = words.lower()
+    return bool(_UP_TO.search(words)) or any(  # "up" alone: "12 push-ups" is a count
+        w in vocabulary or w.removesuffix("s") in vocabulary  # "thirds", "halves"
+        for w in re.findall(r"[a-z]+", words))
+
+
+def _quantity_in_words(s, words_before=False):
+    """The one number of an answer in words, or None: '18 dollars' -> '18' (a unit after the
+    number), and with words_before also 'she has 12 apples' -> '12' (a sentence around it).
+    None for anything else: no words, not exactly one number, any math sign, a word of
+    _VALUE_WORDS (before the number also of _VALUE_WORDS_BEFORE), or a one-letter word, which
+    may be a variable ('5 x', 'x is 5'); only 'a' and 'I' may open a sentence ('a total of 12')."""
+    m = _IN_WORDS.fullmatch(s)
+    if not m or not (m["before"] or m["after"]) or _number(m["number"]) is None:
+        return None
+    if m["before"] and not words_before:
+        return None
+    before, after = re.findall(r"[A-Za-z]+", m["before"]), re.findall(r"[A-Za-z]+", m["after"])
+    for i, word in enumerate(before + after):
+        if len(word) == 1 and not (i < len(before) - 1 and word in ("a", "A", "I")):
+            return None
+    if _changes_value(m["before"], before=True) or _changes_value(m["after"]):
+        return None
+    return m["number"]
+
 
 def _clean(s):
-    """String-level normalisation of an answer (see the policy at the top)."""
+    """String-level normalisation of an answer (see the policy at the top): (the variable that an
+    assignment names, or None; the cleaned answer). 'x = 3' -> ('x', '3'); '3' -> (None, '3')."""
     s = s.strip()
     while s.startswith("{") and _group(s, 0)[1] == len(s):
         s = s[1:-1].strip()  # {{5}} -> 5: redundant braces, however deep
@@ -194,19 +256,22 @@ def _clean(s):
         s = pattern.sub(repl, s)
     s = s.strip().rstrip(".").rstrip()
     while (m := _UNIT_TAIL.search(s)) and m.start() > 0 and m.group(1).strip() not in ("i", "e"):
+        if _changes_value(m.group(1)):  # 12\text{ thousand} -> 12 thousand: not a unit, so
+            s = s[:m.start()].strip() + " " + m.group(1).strip()  # unwrapped, lest math-verify
+            break                                                  # drop the \text{} as one
         s = s[:m.start()].strip()  # 5\text{ cm}^2 -> 5
     while (m := _WRAPPED.match(s)) and _group(s, m.end() - 1)[1] == len(s):
         s = s[m.end():-1].strip()  # \text{5 cm} -> 5 cm
-    m = _ASSIGN.match(s)
+    name, m = None, _ASSIGN.match(s)
     if m and m.end() < len(s) and not re.search(r"[=,]", s[m.end():]):
-        s = s[m.end():]  # x = 3 -> 3
-    m = _WORD_UNIT.fullmatch(s)
-    if m and m.group(2).lower() not in _NOT_UNITS:
-        s = m.group(1)  # 18 dollars -> 18
+        name, s = _key(m.group().rstrip(" =")), s[m.end():]  # x = 3 -> 3, named x
+    q = _quantity_in_words(s)
+    if q is not None:
+        s = q  # 18 dollars -> 18
     m = _COLUMN.fullmatch(s)
     if m and "\\\\" in m[2]:  # a column vector is an ordered tuple: (1, 2) matches it
         s = "(" + ", ".join(e.strip() for e in m[2].split("\\\\") if e.strip()) + ")"
-    return s.strip().rstrip(".").rstrip()
+    return name, s.strip().rstrip(".").rstrip()
 
 
 def _key(s):
@@ -348,13 +413,48 @@ def _balanced(s):
     return _group("{" + s + "}", 0)[1] == len(s) + 2
 
 
+_BRACKET = re.compile(r"\\[{}]|[()\[\]{},]")
+
+
+def _collection(s):
+    """'ordered' for a tuple or interval ((1, 2), [1, 2), a column vector after _clean),
+    'unordered' for a set \\{1, 2\\} or a bare list of values (2, -3; 2 and -3; x = 2 or x = -3);
+    None for anything else: one value, a union of intervals, equations such as 'x=5, y=3' or
+    'x=5 and y=3' (their names give the order)."""
+    words = _INNER_TEXT.sub(r" \1 ", s)
+    if re.search(r"\bor\b", words):
+        return "unordered"  # alternatives
+    if "=" in s or _number(s) is not None:  # 1,000 is one number
+        return None
+    if re.search(r"\band\b", words):
+        return "unordered"
+    depth, comma_depths, first_close = 0, set(), None
+    for m in _BRACKET.finditer(s):
+        if m.group() == ",":
+            comma_depths.add(depth)
+        elif m.group() in ("(", "[", "{", "\\{"):
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0 and first_close is None:
+                first_close = m.end()  # where the group that s opens with closes
+    enclosed = first_close == len(s)
+    if enclosed and s.startswith("\\{"):
+        return "unordered"
+    if enclosed and s[0] in "([" and 1 in comma_depths:
+        return "ordered"
+    return "unordered" if 0 in comma_depths else None
+
+
 def _equivalent(pred, gold):
     if len(pred) > MAX_CHARS or len(gold) > MAX_CHARS:
         _warn_once("long", f"an answer longer than {MAX_CHARS} characters was rejected")
         return False
-    p, g = _clean(pred), _clean(gold)
+    (p_name, p), (g_name, g) = _clean(pred), _clean(gold)
     if not p or not g:
         return False
+    if p_name and g_name and p_name != g_name:
+        return False  # 'y = 5' is not 'x = 5' (a horizontal line, not a vertical one)
     if _key(p) == _key(g):
         return True
     gc, pc = _choice(g), _choice(p)
@@ -366,12 +466,18 @@ def _equivalent(pred, gold):
             return False
         if _key(p) == _key(g):
             return True
+    # a response's sentence stands for its one number ('she has 12 apples' -> 12); a gold's does
+    # not, as its words may be the point ('June 5' is not 'July 5')
+    p = _quantity_in_words(" ".join(_INNER_TEXT.sub(r" \1 ", p).split()), words_before=True) or p
     a, b = _number(p), _number(g)
     if a is not None and b is not None:
         return _close(a, b)
     same = _same_numeral(p, g)
     if same is not None:
         return same
+    kinds = _collection(p), _collection(g)
+    if None not in kinds and kinds[0] != kinds[1]:
+        return False  # '1, 2' (two values) is not the pair or interval (1, 2), nor \{1, 2\}
     if not (_balanced(p) and _balanced(g)):
         return False  # '5}' (from 'the answer is 5}') is not an answer
     p, g = _e_notation_as_latex(p), _e_notation_as_latex(g)

@@ -339,6 +339,132 @@ CHOICES_AND_TEXT = [
 ]
 
 
+# Issue 28, item 6: four kinds of answers a careful human grader accepts, and their wrong
+# neighbours. Each response is graded under both rules: (paper rule, lenient rule). A boxed
+# answer scores the same under both; an unboxed one scores 0 under the paper rule.
+
+
+def both(response, gold, paper, lenient, reason):
+    return pytest.param(response, gold, paper, lenient, id=reason)
+
+
+PERCENT = [
+    both(boxed("50\\%"), "50", 1.0, 1.0, "percent sign next to the gold number"),
+    both(boxed("50%"), "50", 1.0, 1.0, "bare percent sign"),
+    both(boxed("50"), "50\\%", 1.0, 1.0, "gold with a percent sign, answer without"),
+    both(boxed("50\\%"), "50%", 1.0, 1.0, "both with a percent sign"),
+    both(boxed("50 percent"), "50", 1.0, 1.0, "percent as a word"),
+    both(boxed("50\\text{ percent}"), "50\\%", 1.0, 1.0, "percent as a word in text"),
+    both(boxed("12.5\\%"), "12.5", 1.0, 1.0, "decimal percentage"),
+    both("The answer is 50%.", "50", 0.0, 1.0, "unboxed percentage: lenient only"),
+    both("The answer is 50 percent.", "50\\%", 0.0, 1.0, "unboxed percent word: lenient only"),
+    both("She saves half.\n#### 50%", "50", 0.0, 1.0, "GSM8K #### with a percent sign"),
+    both(boxed("51\\%"), "50", 0.0, 0.0, "percent sign next to another number"),
+    both(boxed("50"), "51\\%", 0.0, 0.0, "gold percentage, another number"),
+    both(boxed("50 percent"), "5", 0.0, 0.0, "percent word next to another number"),
+    both(boxed("50\\%"), "0.5", 0.0, 0.0, "policy: 50% is not the fraction 0.5"),
+    both(boxed("0.5"), "50\\%", 0.0, 0.0, "policy: 0.5 is not the percentage 50%"),
+    both("The answer is 51%.", "50", 0.0, 0.0, "unboxed percentage, another number"),
+]
+
+SENTENCES = [
+    both("The answer is 12 apples.", "12", 0.0, 1.0, "unboxed number and unit word"),
+    both("The final answer is 12 apples in total.", "12", 0.0, 1.0, "unboxed, several words after"),
+    both("The answer is: she has 12 apples.", "12", 0.0, 1.0, "unboxed sentence around the number"),
+    both("So the answer is that Janet makes $18 every day at the farmers' market.", "18", 0.0, 1.0,
+         "unboxed sentence with a dollar sign"),
+    both("The answer is $12$ apples.", "12", 0.0, 1.0, "unboxed, the number in math mode"),
+    both(boxed("12 \\text{ apples}"), "12", 1.0, 1.0, "boxed number and unit in text"),
+    both(boxed("12 apples"), "12", 1.0, 1.0, "boxed number and plain unit word"),
+    both(boxed("\\text{12 apples}"), "12", 1.0, 1.0, "boxed text with number and unit"),
+    both(boxed("\\text{She has 12 apples}"), "12", 1.0, 1.0, "boxed sentence"),
+    both(boxed("\\text{She has } 12 \\text{ apples}"), "12", 1.0, 1.0, "boxed sentence in pieces"),
+    both(boxed("12 square feet"), "12", 1.0, 1.0, "a square unit after the number"),
+    both(boxed("\\text{a total of 12 apples}"), "12", 1.0, 1.0, "boxed sentence opening with 'a'"),
+    both("The answer is 12 more apples.", "12", 0.0, 1.0, "a difference: 'how many more'"),
+    both("The answer is 13 apples.", "12", 0.0, 0.0, "unboxed, another number"),
+    both("The answer is: she has 13 apples.", "12", 0.0, 0.0, "unboxed sentence, another number"),
+    both(boxed("13 apples"), "12", 0.0, 0.0, "boxed unit word, another number"),
+    both(boxed("12 \\text{ apples}"), "13", 0.0, 0.0, "boxed unit in text, another gold"),
+    both(boxed("\\text{She has 13 apples}"), "12", 0.0, 0.0, "boxed sentence, another number"),
+    both("The answer is 3 apples and 4 pears.", "4", 0.0, 0.0, "two numbers: not the last one"),
+    both(boxed("12 \\text{ dollars and } 50 \\text{ cents}"), "12", 0.0, 0.0, "12.50 is not 12"),
+    both(boxed("12 thousand"), "12", 0.0, 0.0, "a multiplier word changes the value"),
+    both(boxed("12\\text{ thousand}"), "12", 0.0, 0.0, "a multiplier word in text is not a unit"),
+    both(boxed("5 squared"), "5", 0.0, 0.0, "an operation word changes the value"),
+    both(boxed("the square of 5"), "5", 0.0, 0.0, "an operation before the number"),
+    both(boxed("half of 12"), "12", 0.0, 0.0, "a fraction word changes the value"),
+    both(boxed("two boxes of 6"), "6", 0.0, 0.0, "a number word is a second number"),
+    both("The answer is more than 5.", "5", 0.0, 0.0, "a bound is not the value"),
+    both("The answer is not 12.", "12", 0.0, 0.0, "a negation"),
+    both(boxed("12 \\text{ or more}"), "12", 0.0, 0.0, "a hedge"),
+    both(boxed("up to 12"), "12", 0.0, 0.0, "a bound in words"),
+    both(boxed("\\text{June 5}"), "\\text{July 5}", 0.0, 0.0, "a gold's words count: June is not July"),
+]
+
+EQUATIONS = [
+    both(boxed("x=5"), "5", 1.0, 1.0, "boxed equation vs bare gold"),
+    both(boxed("x = 5"), "5", 1.0, 1.0, "boxed equation with spaces"),
+    both(boxed("5"), "x=5", 1.0, 1.0, "bare answer vs equation gold"),
+    both(boxed("x = 5"), "x=5", 1.0, 1.0, "equation vs equation"),
+    both(boxed("x = \\frac{1}{2}"), "0.5", 1.0, 1.0, "equation with a fraction vs a decimal"),
+    both(boxed("n = 12 \\text{ apples}"), "12", 1.0, 1.0, "equation with a unit"),
+    both("The answer is x = 5.", "5", 0.0, 1.0, "unboxed equation: lenient only"),
+    both("The answer is $x = 5$.", "x=5", 0.0, 1.0, "unboxed equation in math mode vs equation gold"),
+    both(boxed("x = 5"), "6", 0.0, 0.0, "equation with another value"),
+    both(boxed("x=6"), "x=5", 0.0, 0.0, "equation vs equation, another value"),
+    both(boxed("6"), "x=5", 0.0, 0.0, "bare answer vs equation gold, another value"),
+    both(boxed("x = -5"), "5", 0.0, 0.0, "equation with the opposite value"),
+    both("The answer is x = 6.", "5", 0.0, 0.0, "unboxed equation, another value"),
+    both(boxed("y = 5"), "x=5", 0.0, 0.0, "another variable: y = 5 is not the line x = 5"),
+    both(boxed("x = 2x+3"), "y=2x+3", 0.0, 0.0, "another variable on the left of a line"),
+    both(boxed("2x = 10"), "5", 0.0, 0.0, "an unsolved equation is not the value"),
+    both(boxed("x > 5"), "5", 0.0, 0.0, "an inequality is not the value"),
+    both(boxed("x = 5"), "x > 5", 0.0, 0.0, "the value is not the inequality"),
+    both(boxed("x \\geq 5"), "x > 5", 0.0, 0.0, "another inequality"),
+    both(boxed("x = 5 \\text{ or } x = -5"), "5", 0.0, 0.0, "an extra solution"),
+    both(boxed("x=5, y=3"), "5", 0.0, 0.0, "two equations vs one value"),
+]
+
+TUPLES = [
+    both(boxed("(1, 2)"), "(1,2)", 1.0, 1.0, "pair with a space"),
+    both(boxed("\\left( 1, 2 \\right)"), "(1,2)", 1.0, 1.0, "pair with left/right"),
+    both(boxed("(3, -4)"), "(3,-4)", 1.0, 1.0, "pair with a negative entry"),
+    both(boxed("\\left(3,-4\\right)"), "(3, -4)", 1.0, 1.0, "left/right vs spaced gold"),
+    both(boxed("( 3 , - 4 )"), "(3,-4)", 1.0, 1.0, "pair with spaces everywhere"),
+    both(boxed("(1,\\ 2)"), "(1,2)", 1.0, 1.0, "pair with a LaTeX space"),
+    both(boxed("\\left( \\frac{1}{2}, -\\frac{3}{4} \\right)"), "(0.5,-0.75)", 1.0, 1.0,
+         "pair of fractions vs decimals"),
+    both(boxed("(x, y) = (1, 2)"), "(1,2)", 1.0, 1.0, "named pair"),
+    both(boxed("x = 1, y = 2"), "(1,2)", 1.0, 1.0, "coordinates as equations"),
+    both(boxed("x = 1 \\text{ and } y = 2"), "(1,2)", 1.0, 1.0, "coordinates joined by 'and'"),
+    both(boxed("(1, 2, 3)"), "(1,2,3)", 1.0, 1.0, "triple"),
+    both("The answer is (1, 2).", "(1,2)", 0.0, 1.0, "unboxed pair: lenient only"),
+    both("The answer is $\\left(3, -4\\right)$.", "(3,-4)", 0.0, 1.0,
+         "unboxed pair in math mode: lenient only"),
+    both(boxed("(2, 1)"), "(1,2)", 0.0, 0.0, "pair in the wrong order"),
+    both(boxed("(1, 3)"), "(1,2)", 0.0, 0.0, "pair with another entry"),
+    both(boxed("(3, 4)"), "(3,-4)", 0.0, 0.0, "pair with a lost sign"),
+    both(boxed("(-4, 3)"), "(3,-4)", 0.0, 0.0, "pair swapped"),
+    both(boxed("(x, y) = (2, 1)"), "(1,2)", 0.0, 0.0, "named pair in the wrong order"),
+    both(boxed("1, 2"), "(1,2)", 0.0, 0.0, "two values are not the pair (or interval) (1, 2)"),
+    both(boxed("(1, 2)"), "1, 2", 0.0, 0.0, "a pair (or interval) is not two solutions"),
+    both(boxed("(2, 1)"), "\\{1,2\\}", 0.0, 0.0, "a pair is not a set"),
+    both(boxed("\\{1, 2\\}"), "(1,2)", 0.0, 0.0, "a set is not a pair"),
+    both(boxed("[1, 2]"), "(1,2)", 0.0, 0.0, "brackets are a closed interval, not the pair"),
+    both(boxed("x = 1 \\text{ or } x = 2"), "(1,2)", 0.0, 0.0, "two alternatives are not the pair"),
+    both(boxed("x=2 \\text{ and } y=1"), "(1,2)", 0.0, 0.0, "coordinates with swapped values"),
+    both(boxed("(1, 2)"), "(1,2,3)", 0.0, 0.0, "pair vs triple"),
+    both("The answer is (2, 1).", "(1,2)", 0.0, 0.0, "unboxed pair in the wrong order"),
+]
+
+
+@pytest.mark.parametrize("response, gold, paper, lenient", PERCENT + SENTENCES + EQUATIONS + TUPLES)
+def test_grader_cases_under_both_rules(response, gold, paper, lenient):
+    assert reward(response, gold) == paper
+    assert reward(response, gold, require_box=False) == lenient
+
+
 @check(ANSWER_CHOICE + GOLD)
 def test_answer_and_gold(pred, gold, expected):
     assert reward(pred, gold) == expected
