@@ -143,7 +143,8 @@ def sample_model(name, policy, problems, cfg, path, sampler=rollout.sample_group
         t0 = time.time()
         torch.manual_seed(chunk_seed(cfg.seed, name, c))
         ro = sampler(model, tok, [tasks.encode_prompt(tok, p) for p in chunk], cfg.n, cfg.max_new_tokens,
-                     cfg.temperature, gen_batch=cfg.gen_batch, score_batch=cfg.score_batch)
+                     cfg.temperature, gen_batch=cfg.gen_batch, score_batch=cfg.score_batch,
+                     desc=f"{name.upper()}, chunk {c + 1}")  # a bar by token inside the chunk
         mean_lp = ro.mean_logprobs().tolist()  # [G * n] Eq. 6 under the source, on its own tokens
         seconds = (time.time() - t0) / len(chunk)
         for g, p in enumerate(chunk):
@@ -186,7 +187,8 @@ def score_direction(name, src, recv, recv_policy, problems, cfg, path):
         if keep:
             prompts = {p.id: tasks.encode_prompt(tok, p) for p in chunk}  # the receiver's own prompt encoding
             lp, mask = rollout.token_logprobs(model, [prompts[rows[j][0].id] for j in keep], [resp[j] for j in keep],
-                                              tok.pad_token_id, cfg.temperature, micro_batch=cfg.score_batch)
+                                              tok.pad_token_id, cfg.temperature, micro_batch=cfg.score_batch,
+                                              desc=f"score {name}: micro-batches")
             r_mean = loss.mean_logprob(lp, mask).float().cpu()  # [len(keep)] Eq. 6, receiver side
             s_mean = torch.tensor([src[rows[j][0].id]["mean_logprob"][rows[j][1]] for j in keep])  # [len(keep)] source
             for j, r, x in zip(keep, r_mean.tolist(), loss.compatibility_score(r_mean, s_mean).tolist()):  # Eq. 7

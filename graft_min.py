@@ -314,13 +314,13 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
     for name, pol in policies.items():  # 1-2. rollouts and rewards on the shared batch
         ros[name], groups[name] = rollout_groups(pol, part, cfg, step)
     whole = {name: Groups(**ddp.combine(vars(g))) for name, g in groups.items()}  # the whole batch, batch order
-    if stored_peer is not None:
-        other, n = ({"a", "b"} - set(policies)).pop(), cfg.n
-        whole[other], lo, hi = stored_peer, start * n, (start + len(part)) * n
+    n = cfg.n
+    if stored_peer is not None:  # the partner's logged groups: the whole batch's, and this rank's share
+        other, lo, hi = ({"a", "b"} - set(policies)).pop(), start * n, (start + len(part)) * n
+        whole[other] = stored_peer
         groups[other] = Groups(stored_peer.texts[lo:hi], stored_peer.finished[lo:hi], stored_peer.mean_logprobs[lo:hi],
                                stored_peer.rewards[start:start + len(part)])
     t_rollout = time.time() - t0
-    n = cfg.n
     sends, k = {"a": [], "b": []}, {name: g.rewards.sum(1).long() for name, g in whole.items()}  # k: whole batch
     if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4 on the whole batch, balancing off when stored)
         sends = exchange({name: g.rewards.sum(1).long() for name, g in groups.items()}, n,

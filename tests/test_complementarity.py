@@ -32,7 +32,7 @@ def gsm8k_file(tmp_path):
 def stand_in(calls, fail_after=None):
     """A sampler with known outcomes: for problem row i, model A's first K[i][0] responses (B's: K[i][1]) box
     the gold, the others gold + 1; mean log-prob -0.5 per response. Records each call's model in `calls`."""
-    def sample(model, tok, prompt_ids, n, max_new_tokens, temperature, gen_batch=None, score_batch=None):
+    def sample(model, tok, prompt_ids, n, max_new_tokens, temperature, gen_batch=None, score_batch=None, desc=None):
         if fail_after is not None and len(calls) >= fail_after:
             raise KeyboardInterrupt("killed")
         seat = 0 if model.config.model_type == "llama" else 1  # conftest: A is a Llama, B a GPT-2
