@@ -272,9 +272,9 @@ def announce_checkpoints(out, models, cfg):
     """Say, before the first checkpoint, how large each checkpoint.pt will be: both models' fp32 weights and
     AdamW's two fp32 moments (12 bytes a parameter, pairs.memory_estimate's figures; gradients are not saved)."""
     gb = sum(g["weights"] + g["adam"] for g in (pairs.memory_estimate(m, cfg) for m in models))
-    log.info("%s: each checkpoint.pt will hold ~%.1f GB (fp32 weights and AdamW states of %d model(s)), written "
-             "every %d steps and at the end; writing it needs that much free space again", out, gb, len(models),
-             cfg.ckpt_every)
+    log.info("%s: each checkpoint.pt will hold ~%.1f GB (the weights and AdamW moments of %d model(s), in fp32), "
+             "written every %d steps and at the end; writing it needs that much free space again", out, gb,
+             len(models), cfg.ckpt_every)
     return gb
 
 
