@@ -532,15 +532,14 @@ def main(argv=None):
             if ddp.is_main():
                 settings.model_paths(cfg)
             ddp.barrier()
-        if cfg.method == "compare":
-            return compare(cfg)
-        summary = run(cfg, cfg.method, cfg.out)
+        summary = compare(cfg) if cfg.method == "compare" else run(cfg, cfg.method, cfg.out)
+        ddp.barrier()  # every rank done before any leaves the group: gloo aborts a rank whose peer closed first
     except (pairs.ModelNotAvailable, tasks.DataNotAvailable, tasks.BadData, runlog.ConfigMismatch,
             runlog.CheckpointNotWritten) as e:
         raise SystemExit(f"graft_min: {e}") from None
     finally:
         ddp.close()
-    if summary is not None:  # rank 0 (or one process)
+    if summary is not None and cfg.method != "compare":  # rank 0 (or one process); compare printed its table
         print(json.dumps(summary, indent=1))
     return summary
 
