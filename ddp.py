@@ -7,8 +7,8 @@ Data parallelism for graft_min.py under torchrun, in plain torch.distributed (na
 Every rank holds both models with the same weights. The step's shared prompt batch is cut into N
 contiguous shards (`shard`); both models' groups of a prompt live on the same rank, so peer texts
 never cross ranks. What is decided over the whole batch (Eq. 4's selection, balancing and ties)
-is decided on counts gathered from every rank (`gather`, in rank order = batch order). Eq. 10's
-token-mean is over the global minibatch: its divisor is summed over ranks (`combine`) and so are
+is decided on counts gathered from every rank (`combine`, in rank order = batch order). Eq. 10's
+token-mean is over the global minibatch: its divisor is summed over ranks (`total`) and so are
 the gradients (`sum_gradients`) before clipping and AdamW, so the weights stay equal on every rank.
 Rank 0 (`is_main`) alone writes the run folder.
 """

@@ -293,14 +293,12 @@ def group_rewards(texts, batch, cfg):
                          for j, t in enumerate(texts)]).view(-1, cfg.n)
 
 
-def exchange(k_local, n, balance, start):
-    """Step 3 on this rank: the success counts {model: [g]} of its g prompts (batch[start:start + g]) are
-    gathered from every rank into whole-batch vectors (batch order), select_exchange runs once on them
-    (balancing and ties over the whole batch, the same result on every rank), and each receiver keeps
-    the selected prompts that live here, as local indices. Returns {receiver: [q]}."""
-    k = {name: torch.cat(ddp.gather(v)) for name, v in k_local.items()}  # [G] each
+def exchange(k, n, balance, start, size):
+    """Step 3 on this rank: select_exchange once on the whole batch's success counts k {model: [G]}
+    (gathered from every rank, so balancing and ties are over the whole batch and every rank finds the
+    same groups); each receiver keeps the selected prompts that live here, batch[start:start + size],
+    as local indices. Returns {receiver: [q]}."""
     to_b, to_a = select_exchange(k["a"], k["b"], n, balance=balance)
-    size = len(k_local["a"])
     return {recv: [q - start for q in sel if start <= q < start + size] for recv, sel in (("b", to_b), ("a", to_a))}
 
 
@@ -323,8 +321,7 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
     t_rollout = time.time() - t0
     sends, k = {"a": [], "b": []}, {name: g.rewards.sum(1).long() for name, g in whole.items()}  # k: whole batch
     if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4 on the whole batch, balancing off when stored)
-        sends = exchange({name: g.rewards.sum(1).long() for name, g in groups.items()}, n,
-                         cfg.method == "graft" and not cfg.no_balance, start)
+        sends = exchange(k, n, cfg.method == "graft" and not cfg.no_balance, start, len(part))
 
     metrics = {}
     for name, pol in policies.items():  # 4-5. each receiver's buffer, then its update

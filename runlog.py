@@ -213,11 +213,11 @@ def logged_groups(peer_log, step, prompt_ids, cfg):
     path, records = cfg.peer_log, peer_log.get(step)
     if not records:
         raise BadData(f"{path}: no logged groups of model {cfg.peer} at step {step}; the log has steps "
-                         f"0..{max(peer_log) if peer_log else -1} (run the GRPO run for at least --steps {cfg.steps})")
+                      f"0..{max(peer_log) if peer_log else -1} (run the GRPO run for at least --steps {cfg.steps})")
     ids = [r["prompt_id"] for r in records]
     if ids != prompt_ids:
         raise BadData(f"{path}: step {step}: the logged prompts {ids[:3]}... do not line up with this run's batch "
-                         f"{prompt_ids[:3]}...; use the logged run's --seed, --prompts-per-step and data")
+                      f"{prompt_ids[:3]}...; use the logged run's --seed, --prompts-per-step and data")
     if any(len(r["texts"]) != cfg.n for r in records):
         raise BadData(f"{path}: step {step}: logged groups do not have n = {cfg.n} responses")
     return records

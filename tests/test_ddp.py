@@ -83,8 +83,9 @@ def _exchange(rank, cases):
     for name, counts in cases.items():
         mine = counts[4 * rank:4 * rank + 4]
         k_local = {"a": torch.tensor([a for a, _ in mine]), "b": torch.tensor([b for _, b in mine])}
+        k = ddp.combine(k_local)  # every rank's counts, in rank order: the whole batch's (as train_step gathers them)
         for balance in (True, False):
-            out[name, balance] = graft_min.exchange(k_local, 4, balance, 4 * rank)
+            out[name, balance] = graft_min.exchange(k, 4, balance, 4 * rank, 4)
     return out
 
 
