@@ -1,0 +1,45 @@
+"""bench/bench_trl.py at its toy size: TRL's GRPOTrainer and our GRPO step on the tiny Llama, each side in its own
+process, and our phases against their bare loops (the real measurement is results/trl_bench.txt)."""
+
+import json
+import os
+import sys
+import types
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+import bench_trl  # noqa: E402
+import pairs  # noqa: E402
+
+
+def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pair_ready):
+    out = tmp_path / "bench.json"
+    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "TRL GRPOTrainer" in printed and "graft-min --method grpo" in printed and "ours / TRL" in printed
+    res = json.loads(out.read_text())
+    for side in ("trl", "ours"):
+        steps = res[side]["steps"]
+        assert len(steps) == 2  # the warm-up and one timed step
+        for s in steps:
+            # 2 prompts x 4 responses of at most 8 tokens (a response ends at its first stop id, which counts)
+            assert 8 <= s["response_tokens"] <= 2 * 4 * 8 and 1 <= s["decode_steps"] <= 8
+            assert s["generate"] > 0 and s["score"] > 0 and s["update"] > 0
+            assert s["total"] >= s["generate"] + s["score"] + s["reward"]  # the phases lie inside the step
+    assert all(res["bare"][phase]["seconds"] > 0 and res["bare"][phase]["gflops"] > 0
+               for phase in ("generate", "score", "update"))
+    model, _ = pairs.load_policy(tiny_pair_ready[0])
+    assert res["bare"]["params"] == sum(p.numel() for p in model.parameters())  # tiny model A's
+
+
+def test_a_missing_trl_internal_names_the_version(monkeypatch):
+    trainer = types.SimpleNamespace()  # a GRPOTrainer without the private method the bench times
+    with pytest.raises(SystemExit, match=r"no GRPOTrainer._generate_single_turn; this bench was written for trl 1\.16\.0"):
+        bench_trl.trl_internal(trainer, "_generate_single_turn")
+
+
+def test_minibatches_must_divide_the_responses():
+    with pytest.raises(SystemExit):
+        bench_trl.parse(["--prompts", "3", "--n", "3", "--minibatches", "2"])
