@@ -42,6 +42,31 @@ def test_scoring_matches_a_plain_forward_pass(llama, char_tok_a):
     torch.testing.assert_close(lp[0], ref, atol=1e-5, rtol=0)
 
 
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_scoring_without_gradients_keeps_only_response_logits_and_the_same_bits(arch, temperature, char_tok_a):
+    # no grad: the lm-head sees only the last R + 1 positions (logits_to_keep); with grad it sees all of them.
+    # The log-probs must be bit for bit the same: the old log-probs of a run may not move with this saving.
+    model = make_model(arch, char_tok_a, seed=5)
+    probs = _texts()
+    prompts = [char_tok_a.encode(p.question) for p in probs]
+    responses = [char_tok_a.encode(p.solution[: 3 + 11 * i]) for i, p in enumerate(probs)]
+    kept = []
+    real_forward = model.forward
+
+    def spy(*args, **kwargs):
+        kept.append(kwargs.get("logits_to_keep"))
+        return real_forward(*args, **kwargs)
+
+    model.forward = spy
+    with torch.no_grad():
+        scored, mask = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id, temperature)
+    trained, _ = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id, temperature)
+    assert kept == [max(map(len, responses)) + 1, None]
+    assert trained.requires_grad and not scored.requires_grad
+    assert torch.equal(scored[mask], trained.detach()[mask])
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_generation_logprobs_equal_a_separate_scoring_pass(arch, char_tok_a):
     torch.manual_seed(0)
