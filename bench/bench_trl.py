@@ -65,6 +65,9 @@ def parse(argv=None):
     p.add_argument("--toy", action="store_true", help="the tiny pair's model A on tiny-world prompts, 2 x 4 x 8 tokens")
     p.add_argument("--sides", default="trl,ours,bare", help="which sides to run, in this order")
     p.add_argument("--json", default=None, help="also write every measurement to this JSON file")
+    p.add_argument("--keep", default=None,
+                   help="folder of each side's finished measurement (<side>.json): a side already there with the same "
+                        "settings is reused, so a bench stopped after one side resumes with the next")
     p.add_argument("--side", default=None, help=argparse.SUPPRESS)  # internal: run one side in this process
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)  # internal: where the side writes its JSON
     p.add_argument("--replay", default=None, help=argparse.SUPPRESS)  # internal: ours' JSON, for the bare loops
@@ -318,18 +321,34 @@ def main(argv=None):
     args = parse(argv)
     if args.side:
         return run_side(args)
-    res = {}
+    res, reused = {}, set()
+    settings_key = {k: getattr(args, k) for k in ("steps", "threads", "prompts", "n", "max_new_tokens",
+                                                 "minibatches", "seed", "toy")}
     with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or tmp
+        os.makedirs(folder, exist_ok=True)
         for side in args.sides.split(","):
             if side == "bare" and "ours" not in res:
                 raise SystemExit("bench_trl: the bare loops replay our step: give --sides with ours before bare")
-            out = os.path.join(tmp, f"{side}.json")
+            out = os.path.join(folder, f"{side}.json")
+            if os.path.exists(out):
+                with open(out) as f:
+                    kept = json.load(f)
+                # the bare loops replay our step: kept only while ours is
+                if kept.get("settings") == settings_key and (side != "bare" or "ours" in reused):
+                    reused.add(side)
+                    print(f"bench_trl: the {side} side, reused from {out}", file=sys.stderr, flush=True)
+                    res[side] = kept
+                    continue
             cmd = [sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv),
-                   "--side", side, "--out", out, "--replay", os.path.join(tmp, "ours.json")]
+                   "--side", side, "--out", out, "--replay", os.path.join(folder, "ours.json")]
             print(f"bench_trl: the {side} side, in its own process", file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True)
             with open(out) as f:
-                res[side] = json.load(f)
+                res[side] = {**json.load(f), "settings": settings_key}
+            with open(out + ".tmp", "w") as f:  # atomic: a side is kept only once it has finished
+                json.dump(res[side], f)
+            os.replace(out + ".tmp", out)
     report(args, res)
     if args.json:
         with open(args.json, "w") as f:

@@ -14,9 +14,9 @@ import bench_trl  # noqa: E402
 import pairs  # noqa: E402
 
 
-def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pair_ready):
-    out = tmp_path / "bench.json"
-    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--json", str(out)])
+def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pair_ready, monkeypatch):
+    out, keep = tmp_path / "bench.json", tmp_path / "sides"
+    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--json", str(out), "--keep", str(keep)])
     printed = capsys.readouterr().out
     assert "TRL GRPOTrainer" in printed and "graft-min --method grpo" in printed and "ours / TRL" in printed
     res = json.loads(out.read_text())
@@ -32,6 +32,20 @@ def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pa
                for phase in ("generate", "score", "update"))
     model, _ = pairs.load_policy(tiny_pair_ready[0])
     assert res["bare"]["params"] == sum(p.numel() for p in model.parameters())  # tiny model A's
+
+    # resumable: finished sides are kept; the same settings reuse them all, no process is started
+    def no_run(*a, **kw):
+        raise AssertionError("a kept side was measured again")
+
+    monkeypatch.setattr(bench_trl.subprocess, "run", no_run)
+    again = bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep)])
+    assert again["ours"]["steps"] == res["ours"]["steps"] and again["trl"]["steps"] == res["trl"]["steps"]
+    (keep / "ours.json").unlink()  # ours measured again: its bare loops (which replay it) must be too
+    ran = []
+    monkeypatch.setattr(bench_trl.subprocess, "run", lambda cmd, check: ran.append(cmd[cmd.index("--side") + 1])
+                        or (keep / f"{ran[-1]}.json").write_text(json.dumps(res[ran[-1]])))
+    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep)])
+    assert ran == ["ours", "bare"]
 
 
 def test_a_missing_trl_internal_names_the_version(monkeypatch):
