@@ -61,6 +61,9 @@ def parse(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=128, help="max response tokens")
     p.add_argument("--minibatches", type=int, default=2,
                    help="optimizer steps per generation batch (ours --minibatches, TRL's steps_per_generation)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="our sequences per forward / backward (default: one minibatch, TRL's shape; the same gradient "
+                        "in smaller pieces when a minibatch's full logits do not fit in memory)")
     p.add_argument("--seed", type=int, default=0, help="seed of both sides")
     p.add_argument("--toy", action="store_true", help="the tiny pair's model A on tiny-world prompts, 2 x 4 x 8 tokens")
     p.add_argument("--sides", default="trl,ours,bare", help="which sides to run, in this order")
@@ -95,7 +98,7 @@ def our_config(args, path):
     return settings.parse_args([
         "--pair", "tiny" if args.toy else "cpu", "--method", "grpo", "--model-a", path, "--model-b", path,
         "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens), "--minibatches", str(args.minibatches),
-        "--gen-batch", str(size), "--micro-batch", str(size // args.minibatches), "--lr", "1e-6",
+        "--gen-batch", str(size), "--micro-batch", str(args.micro_batch or size // args.minibatches), "--lr", "1e-6",
         "--weight-decay", "0.01", "--lenient-answers", "--threads", str(args.threads), "--seed", str(args.seed)])
 
 
@@ -288,7 +291,8 @@ def report(args, res):
     size = f"{args.prompts} prompts x {args.n} responses of <= {args.max_new_tokens} tokens"
     name = "tiny model A" if args.toy else "SmolLM2-135M-Instruct"
     print(f"{name}, {size}, {args.minibatches} optimizer steps per generation batch, fp32, {args.threads} thread(s);"
-          f" median of {args.steps} steps after 1 warm-up, each side in its own process")
+          f" median of {args.steps} steps after 1 warm-up, each side in its own process"
+          + (f"; our micro-batch {args.micro_batch} sequences" if args.micro_batch else ""))
     print(f"{'side':22s} {'s/step':>7s} {'generate':>9s} {'score':>6s} {'reward':>7s} {'update':>7s} "
           f"{'resp. tokens':>12s} {'decode steps':>12s} {'s/1k tokens':>11s}")
     rows = {"TRL GRPOTrainer": res.get("trl"), "graft-min --method grpo": res.get("ours")}
@@ -322,8 +326,10 @@ def main(argv=None):
     if args.side:
         return run_side(args)
     res, reused = {}, set()
-    settings_key = {k: getattr(args, k) for k in ("steps", "threads", "prompts", "n", "max_new_tokens",
-                                                 "minibatches", "seed", "toy")}
+    def settings_key(side):  # what a kept side must have been measured with (our micro-batch is not TRL's)
+        names = ("steps", "threads", "prompts", "n", "max_new_tokens", "minibatches", "seed", "toy")
+        return {k: getattr(args, k) for k in names + (() if side == "trl" else ("micro_batch",))}
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or tmp
         os.makedirs(folder, exist_ok=True)
@@ -335,7 +341,7 @@ def main(argv=None):
                 with open(out) as f:
                     kept = json.load(f)
                 # the bare loops replay our step: kept only while ours is
-                if kept.get("settings") == settings_key and (side != "bare" or "ours" in reused):
+                if kept.get("settings") == settings_key(side) and (side != "bare" or "ours" in reused):
                     reused.add(side)
                     print(f"bench_trl: the {side} side, reused from {out}", file=sys.stderr, flush=True)
                     res[side] = kept
@@ -345,7 +351,7 @@ def main(argv=None):
             print(f"bench_trl: the {side} side, in its own process", file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True)
             with open(out) as f:
-                res[side] = {**json.load(f), "settings": settings_key}
+                res[side] = {**json.load(f), "settings": settings_key(side)}
             with open(out + ".tmp", "w") as f:  # atomic: a side is kept only once it has finished
                 json.dump(res[side], f)
             os.replace(out + ".tmp", out)
