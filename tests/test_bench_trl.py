@@ -46,6 +46,9 @@ def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pa
                         or (keep / f"{ran[-1]}.json").write_text(json.dumps(res[ran[-1]])))
     bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep)])
     assert ran == ["ours", "bare"]
+    ran.clear()  # a side kept for one --model is not another model's measurement
+    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep), "--model", "qwen-coder"])
+    assert ran == ["trl", "ours", "bare"]
 
 
 def test_a_missing_trl_internal_names_the_version(monkeypatch):
@@ -57,3 +60,10 @@ def test_a_missing_trl_internal_names_the_version(monkeypatch):
 def test_minibatches_must_divide_the_responses():
     with pytest.raises(SystemExit):
         bench_trl.parse(["--prompts", "3", "--n", "3", "--minibatches", "2"])
+
+
+def test_model_is_one_of_the_fetched_ones(capsys):
+    assert bench_trl.parse([]).model == "smollm2"
+    with pytest.raises(SystemExit):
+        bench_trl.parse(["--model", "llama-70b"])
+    assert "invalid choice: 'llama-70b'" in capsys.readouterr().err
