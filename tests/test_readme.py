@@ -31,6 +31,16 @@ def test_readme_is_short_and_its_links_resolve():
                 assert os.path.exists(os.path.join(ROOT, folder, target)), f"{folder or 'README'}: broken link {target}"
 
 
+def test_trl_bench_in_docs_and_readme_is_what_the_bench_printed():
+    printed = read("results", "trl_bench.txt")
+    docs = read("docs", "runs.md")
+    for line in printed.strip().splitlines():
+        if line.strip():
+            assert f"\n    {line}\n" in docs, f"docs/runs.md lacks the bench's printed line {line!r}"
+    ratio = re.search(r"ours / TRL, seconds per step: (\d+\.\d+)", printed).group(1)
+    assert f"{ratio} of TRL's time" in read("README.md"), f"README does not quote the bench's ratio {ratio}"
+
+
 def test_ci_runs_exactly_the_readme_test_command():
     command = "pip install -r requirements-dev.txt && python -m pytest -q"
     assert f"\n    {command}\n" in read("README.md")
