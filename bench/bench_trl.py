@@ -21,7 +21,8 @@ Each side runs in its own process (--threads torch threads), one warm-up step th
 the median step. The two sides sample different responses (their own random streams), so response lengths differ:
 the table shows them, and time per 1,000 response tokens next to time per step.
 
-bare: on the prompts and responses of our last timed step, the operation under each phase, alone, in a third process:
+bare: on the prompts and responses of our last timed step, the operation under each phase, alone, in a third process,
+after a warm-up, --steps times each (the table gives the median):
   generate  model.generate of the same prompt batch for exactly the decode steps ours took (min = max new tokens),
   score     one no-grad forward per micro-batch over the same padded tensors (logits only, no log-softmax),
   update    one forward + backward per micro-batch (cross-entropy on the response tokens; no AdamW step),
@@ -248,32 +249,40 @@ def run_bare(args, last):
     P = max(len(p) for p in flat)
     input_ids = torch.tensor([[pad] * (P - len(p)) + list(p) for p in flat])  # [B, P]
     attention = (torch.arange(P)[None, :] >= torch.tensor([P - len(p) for p in flat])[:, None]).long()  # [B, P]
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True, top_k=0, top_p=1.0,
-                       temperature=1.0, max_new_tokens=steps, min_new_tokens=steps, eos_token_id=last["stop"],
-                       pad_token_id=pad)
-    seconds = time.perf_counter() - t0
-    out["generate"] = {"seconds": seconds, "gflops": 2 * params * len(flat) * (P + steps) / seconds / 1e9}
-
     chunks = [(flat[i:i + micro], responses[i:i + micro]) for i in range(0, len(flat), micro)]
     positions = sum(len(p) * (max(map(len, p)) + max(map(len, r))) for p, r in chunks)  # padded tokens computed
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for p, r in chunks:
-            ids, att, pos, _, _ = rollout.pad_batch(p, r, pad)
-            model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
-    seconds = time.perf_counter() - t0
-    out["score"] = {"seconds": seconds, "gflops": 2 * params * positions / seconds / 1e9}
 
-    t0 = time.perf_counter()
-    for p, r in chunks:
-        ids, att, pos, mask, P = rollout.pad_batch(p, r, pad)
-        logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits  # [B, L, V]
-        targets = ids[:, P:].masked_fill(~mask, -100)  # [B, R]
-        torch.nn.functional.cross_entropy(logits[:, P - 1:-1].flatten(0, 1), targets.flatten()).backward()
-    seconds = time.perf_counter() - t0
-    out["update"] = {"seconds": seconds, "gflops": 6 * params * positions / seconds / 1e9}
+    def generate():
+        with torch.no_grad():
+            model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True, top_k=0, top_p=1.0,
+                           temperature=1.0, max_new_tokens=steps, min_new_tokens=steps, eos_token_id=last["stop"],
+                           pad_token_id=pad)
+
+    def score():
+        with torch.no_grad():
+            for p, r in chunks:
+                ids, att, pos, _, _ = rollout.pad_batch(p, r, pad)
+                model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
+
+    def update():
+        for p, r in chunks:
+            ids, att, pos, mask, P = rollout.pad_batch(p, r, pad)
+            logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits  # [B, L, V]
+            targets = ids[:, P:].masked_fill(~mask, -100)  # [B, R]
+            torch.nn.functional.cross_entropy(logits[:, P - 1:-1].flatten(0, 1), targets.flatten()).backward()
+        model.zero_grad(set_to_none=True)
+
+    # each loop --steps times, like the sides' timed steps; the median counts
+    flops = {"generate": 2 * params * len(flat) * (P + steps), "score": 2 * params * positions,
+             "update": 6 * params * positions}
+    for phase, loop in (("generate", generate), ("score", score), ("update", update)):
+        runs = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            loop()
+            runs.append(time.perf_counter() - t0)
+        seconds = statistics.median(runs)
+        out[phase] = {"seconds": seconds, "runs": runs, "gflops": flops[phase] / seconds / 1e9}
     return out
 
 
@@ -315,8 +324,9 @@ def report(args, res):
         print(f"ours / TRL, seconds per step: {ratio:.2f} (goal <= 1.0)")
     if res.get("bare"):
         b, last = res["bare"], res["ours"]["steps"][-1]
-        print(f"\nour last step's phases against their bare loops ({b['params'] / 1e6:.1f}M parameters; "
-              f"fp32 matmul at {args.threads} thread(s): {b['matmul_gflops']:.0f} GFLOP/s)")
+        print(f"\nour last step's phases against their bare loops (median of {args.steps} runs each; "
+              f"{b['params'] / 1e6:.1f}M parameters; fp32 matmul at {args.threads} thread(s): "
+              f"{b['matmul_gflops']:.0f} GFLOP/s)")
         print(f"{'phase':9s} {'ours s':>7s} {'bare s':>7s} {'ours/bare':>9s} {'bare GFLOP/s':>12s} "
               f"{'ours GFLOP/s':>12s}  bare loop")
         what = {"generate": "model.generate, same prompts and decode steps",
@@ -335,7 +345,9 @@ def main(argv=None):
     res, reused = {}, set()
     def settings_key(side):  # what a kept side must have been measured with (our micro-batch is not TRL's)
         names = ("steps", "threads", "prompts", "n", "max_new_tokens", "minibatches", "seed", "toy", "model")
-        return {k: getattr(args, k) for k in names + (() if side == "trl" else ("micro_batch",))}
+        key = {k: getattr(args, k) for k in names + (() if side == "trl" else ("micro_batch",))}
+        # a bare side kept from before its loops were repeated (one run each) lacks this entry, so it is measured anew
+        return {**key, "bare_loops": "median of --steps runs"} if side == "bare" else key
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or tmp

@@ -28,8 +28,9 @@ def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pa
             assert 8 <= s["response_tokens"] <= 2 * 4 * 8 and 1 <= s["decode_steps"] <= 8
             assert s["generate"] > 0 and s["score"] > 0 and s["update"] > 0
             assert s["total"] >= s["generate"] + s["score"] + s["reward"]  # the phases lie inside the step
-    assert all(res["bare"][phase]["seconds"] > 0 and res["bare"][phase]["gflops"] > 0
-               for phase in ("generate", "score", "update"))
+    for phase in ("generate", "score", "update"):  # each bare loop run --steps times, its median reported
+        bare = res["bare"][phase]
+        assert len(bare["runs"]) == 1 and bare["seconds"] == bare["runs"][0] > 0 and bare["gflops"] > 0
     model, _ = pairs.load_policy(tiny_pair_ready[0])
     assert res["bare"]["params"] == sum(p.numel() for p in model.parameters())  # tiny model A's
 
@@ -46,6 +47,12 @@ def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pa
                         or (keep / f"{ran[-1]}.json").write_text(json.dumps(res[ran[-1]])))
     bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep)])
     assert ran == ["ours", "bare"]
+    ran.clear()  # a bare side kept from before its loops were repeated (one run each) is measured anew
+    kept = json.loads((keep / "bare.json").read_text())
+    kept["settings"].pop("bare_loops")
+    (keep / "bare.json").write_text(json.dumps(kept))
+    bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep)])
+    assert ran == ["bare"]
     ran.clear()  # a side kept for one --model is not another model's measurement
     bench_trl.main(["--toy", "--steps", "1", "--threads", "1", "--keep", str(keep), "--model", "qwen-coder"])
     assert ran == ["trl", "ours", "bare"]
