@@ -509,7 +509,7 @@ def compare(cfg):
     results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
     if not ddp.is_main():
         return None
-    summary = {"config": vars(cfg), "methods": results}
+    summary = {"config": vars(cfg), "stack": results["grpo"]["stack"], "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
     runlog.print_table(results)
     import plots

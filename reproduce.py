@@ -1,13 +1,13 @@
 """
 Reproduce the paper's analyses in the tiny world, over several seeds, from one warm-start:
 
-    Table 1   GRPO (n), GRPO (2n: twice the rollout budget) and GRAFT, per model and family
+    Table 1   GRPO (n), GRPO (2n) and GRPO (4n) (twice and four times the rollouts) and GRAFT, per model and family
     Table 6   stored-peer GRAFT: each model learns from its partner's logged GRPO (n) run
     Table 2   ablations: no gate (w = 1), delta = 0 (no floor), success-only, peer-first
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # ~45 min on 2 cores (+2 to warm-start)
+    python reproduce.py                                          # seeds 0-4, ~2 h on 2 cores
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
@@ -25,6 +25,7 @@ single-threaded (--threads 1, part of each run's settings).
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -38,6 +39,7 @@ from tqdm import tqdm
 
 # variant -> (method, extra flags, which models it reports)
 VARIANTS = {
+    "grpo_4n": ("grpo", ["--n", "32"], "ab"),
     "grpo_2n": ("grpo", ["--n", "16"], "ab"),
     "grpo": ("grpo", [], "ab"),
     "graft": ("graft", [], "ab"),
@@ -48,8 +50,8 @@ VARIANTS = {
     "success_only": ("graft", ["--success-only"], "ab"),
     "peer_first": ("graft", ["--peer-order", "first"], "ab"),
 }
-ORDER = ["grpo", "grpo_2n", "graft", "stored_a", "stored_b", "no_gate", "delta_0", "success_only", "peer_first"]
-LABELS = {"grpo": "GRPO (n)", "grpo_2n": "GRPO (2n)", "graft": "GRAFT", "stored_a": "GRAFT stored peer",
+ORDER = ["grpo", "grpo_2n", "grpo_4n", "graft", "stored_a", "stored_b", "no_gate", "delta_0", "success_only", "peer_first"]
+LABELS = {"grpo": "GRPO (n)", "grpo_2n": "GRPO (2n)", "grpo_4n": "GRPO (4n)", "graft": "GRAFT", "stored_a": "GRAFT stored peer",
           "stored_b": "GRAFT stored peer", "no_gate": "w/o gate (w = 1)", "delta_0": "w/o floor (delta = 0)",
           "success_only": "success-only", "peer_first": "peer minibatches first"}
 
@@ -174,19 +176,23 @@ def greedy_lines(greedy, table, fams, seeds):
     return lines + [""]
 
 
-def eval_curves(root, seeds_of, variants=("grpo", "grpo_2n", "graft")):
-    """{variant: {seed: the run's evals.jsonl rows}}: held-out pass@1 along the way."""
+def eval_curves(root, seeds_of, variants=("grpo", "grpo_2n", "grpo_4n", "graft")):
+    """{variant: {seed: the run's evals.jsonl rows}}: held-out pass@1 along the way, of the variants that
+    seeds_of names (regimes.py runs no GRPO (4n))."""
     return {v: {s: runlog.read_jsonl(os.path.join(root, f"seed{s}", v, "evals.jsonl")) for s in seeds_of[v]}
-            for v in variants}
+            for v in variants if v in seeds_of}
 
 
 def collect(root, seeds_of):
     """({variant: {model: {key: {seed: value}}}}, wall seconds of all runs): final held-out pass@1
-    per family and run statistics, read from each run's summary.json."""
-    table, wall = {}, 0.0
+    per family and run statistics, read from each run's summary.json. Refuses (SystemExit) runs made on
+    different software stacks (versions, CPU kernels: settings.software_stack), naming the folders."""
+    table, wall, stacks = {}, 0.0, {}
     for variant, seeds in seeds_of.items():
         for seed in seeds:
-            summary = runlog.read_json(os.path.join(root, f"seed{seed}", variant, "summary.json"))
+            folder = os.path.join(root, f"seed{seed}", variant)
+            summary = runlog.read_json(os.path.join(folder, "summary.json"))
+            stacks.setdefault(json.dumps(summary.get("stack"), sort_keys=True), []).append(folder)
             wall += summary["wall_seconds"]
             for m in VARIANTS[variant][2]:
                 s = summary["models"][m]
@@ -198,12 +204,24 @@ def collect(root, seeds_of):
                 if variant == "grpo":  # every variant of a seed starts from the same weights and evaluation
                     for key, value in s["start"].items():
                         table.setdefault("start", {}).setdefault(m, {}).setdefault(key, {})[seed] = value
+    if len(stacks) > 1:
+        raise SystemExit("reproduce.py: these runs were made on different software stacks and do not go into one "
+                         "table; rerun the odd ones out on one stack (another --root, or delete their folders):\n" +
+                         "\n".join(f"  {stack}: {', '.join(folders)}" for stack, folders in stacks.items()))
     return table, wall
 
 
 def mean_std(xs):
     xs = list(xs)
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def rollouts(variant, args):
+    """Responses a model samples for training in one run of `variant` (steps x prompts per step x n): the budget
+    that GRPO (2n) and (4n) spend two and four times of; GRAFT's exchange samples nothing more."""
+    extra = VARIANTS[variant][1]
+    n = int(extra[1]) if extra[:1] == ["--n"] else settings.parse_args(["--pair", "tiny"]).n
+    return args.steps * settings.PRESETS["tiny"]["prompts_per_step"] * n
 
 
 def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
@@ -248,7 +266,7 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
 
     lines += ["#### Training reward (T = 1) per family, first -> last 20% of steps, mean over seeds", "",
               "| variant | model | " + " | ".join(fams) + " |", "|---|---|" + "---|" * len(fams)]
-    for variant in ("grpo", "grpo_2n", "graft"):
+    for variant in ("grpo", "grpo_2n", "grpo_4n", "graft"):
         for m in "ab":
             cells = [" -> ".join(f"{statistics.mean(v[fam][i] for v in table[variant][m]['train_reward_first_last'].values()):.3f}"
                                  for i in (0, 1)) for fam in fams]
@@ -287,7 +305,11 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
               "- GRAFT - GRPO (n), weak family: " + ", ".join(
                   f"{m.upper()} ({weak[m]}) {fam_gain('graft', 'grpo', m, weak[m]):+.3f}" for m in "ab") +
               "; GRAFT - GRPO (2n): " + ", ".join(
-                  f"{m.upper()} {fam_gain('graft', 'grpo_2n', m, weak[m]):+.3f}" for m in "ab") + ".",
+                  f"{m.upper()} {fam_gain('graft', 'grpo_2n', m, weak[m]):+.3f}" for m in "ab") +
+              "; GRAFT - GRPO (4n): " + ", ".join(
+                  f"{m.upper()} {fam_gain('graft', 'grpo_4n', m, weak[m]):+.3f}" for m in "ab") + ".",
+              "- rollouts sampled per model and run: " + ", ".join(
+                  f"{LABELS[v]} {rollouts(v, args):,}" for v in ("grpo", "graft", "grpo_2n", "grpo_4n")) + ".",
               f"- GRAFT - GRPO (n), held-out mean over both families: A {online['a']:+.3f}, B {online['b']:+.3f} "
               "(paper: +2.11 points on average).",
               f"- stored-peer GRAFT - GRPO (n): A {stored['a']:+.3f}, B {stored['b']:+.3f}; {kept}.",
@@ -298,11 +320,12 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     with open(md + ".tmp", "w") as f:
         f.write("\n".join(lines))
     os.replace(md + ".tmp", md)
-    headline = ["| model | family | start | GRPO (n) | GRPO (2n) | GRAFT | GRAFT - GRPO (n) |", "|---|---|---|---|---|---|---|"]
+    headline = ["| model | family | start | GRPO (n) | GRPO (2n) | GRPO (4n) | GRAFT | GRAFT - GRPO (n) |",
+                "|---|---|---|---|---|---|---|---|"]
     for m in "ab":
         for fam in fams:
             cells = [f"{statistics.mean(table[v][m][fam][s] for s in seeds_of['grpo']):.3f}"
-                     for v in ("start", "grpo", "grpo_2n", "graft")]
+                     for v in ("start", "grpo", "grpo_2n", "grpo_4n", "graft")]
             label = fam + (" (weak)" if fam == weak[m] else "")
             headline.append(f"| {m.upper()} | {label} | " + " | ".join(cells) + f" | {fam_gain('graft', 'grpo', m, fam):+.3f} |")
     with open(os.path.join(out_dir, "headline.md.tmp"), "w") as f:
@@ -333,7 +356,8 @@ def update_between_markers(path, name, text, tool="reproduce.py"):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Reproduce the paper's tables in the tiny world.")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (every variant runs each)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                   help="training seeds (every variant runs each)")
     p.add_argument("--steps", type=int, default=settings.PRESETS["tiny"]["steps"],
                    help="steps per run (default: the tiny preset's, as the main job)")
     p.add_argument("--eval-every", type=int, default=None,
@@ -349,7 +373,7 @@ def main(argv=None):
     online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
     stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
     check_reuse(online + stored)
-    graft_min.run_parallel(online, args.jobs, "reproduce: online runs")  # GRPO (2n), the longest, first
+    graft_min.run_parallel(online, args.jobs, "reproduce: online runs")  # GRPO (4n) and (2n), the longest, first
     graft_min.run_parallel(stored, args.jobs, "reproduce: stored runs")  # they read the GRPO runs' logs
     seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.root, seeds_of)

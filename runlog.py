@@ -34,9 +34,10 @@ BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir")
 # keys that may change when a run is resumed: the number of steps (to extend the run, never to
 # end it before its checkpoint), how often it evaluates and checkpoints (evaluations are seeded
 # by their step, training does not see them), and the memory / placement settings (device,
-# micro-batch, gradient checkpointing: the same computation, equal up to floating-point rounding)
+# micro-batch, gradient checkpointing: the same computation, equal up to floating-point rounding), and the
+# software stack (settings.software_stack: versions and CPU kernels; the run stays valid, only not bit-exact)
 RESUME_MAY_CHANGE = BOOKKEEPING + ("steps", "eval_every", "ckpt_every", "device", "micro_batch",
-                                   "grad_checkpointing")
+                                   "grad_checkpointing", "stack")
 MISSING = "<not set>"  # how a key that only one config has is shown
 
 
@@ -151,10 +152,23 @@ def check_world_size(out, saved, config):
                              f"{launch} and the same flags, or start a fresh run in another folder (--out)")
 
 
+def stack_differences(saved, new):
+    """['transformers 5.17.0 -> 5.25.0', ...]: each entry of two software stacks (settings.software_stack) that
+    differs; a stack that was not recorded (a folder from before the stack was) differs as a whole."""
+    if not isinstance(saved, dict) or not isinstance(new, dict):
+        return [] if saved == new else [f"stack {json.dumps(saved)} -> {json.dumps(new)}"]
+    return [f"{k} {saved.get(k, MISSING)} -> {new.get(k, MISSING)}" for k in sorted(set(saved) | set(new))
+            if saved.get(k, MISSING) != new.get(k, MISSING)]
+
+
 def report_changes(out, changes):
     """Log each setting that a resumed run changed (check_resume's list); those that change only the
-    rounding (device, micro-batch, checkpointing) as warnings."""
+    rounding (device, micro-batch, checkpointing, the software stack) as warnings, the stack in one line."""
     for key, old, new in changes:
+        if key == "stack":
+            log.warning("%s: resumed on another software stack (%s); the run is valid, but no longer bit-exact with "
+                        "one never stopped", out, ", ".join(stack_differences(old, new)))
+            continue
         rounding = key in ("device", "micro_batch", "grad_checkpointing")
         log.log(logging.WARNING if rounding else logging.INFO, "%s: resumed with %s %s (was %s)%s", out, key,
                 json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
@@ -296,7 +310,9 @@ def summarize(out, wall):
     training moved: all-fail share and T = 1 training reward per family, first vs last 20% of steps."""
     metrics = read_jsonl(os.path.join(out, "metrics.jsonl"))
     evals = read_jsonl(os.path.join(out, "evals.jsonl"))
-    summary = {"wall_seconds": round(wall, 1), "models": {}}
+    config = os.path.join(out, "config.json")
+    stack = read_json(config).get("stack") if os.path.exists(config) else None  # the versions that made the run
+    summary = {"wall_seconds": round(wall, 1), "stack": stack, "models": {}}
     for name in sorted({m["model"] for m in metrics}):
         ms = [m for m in metrics if m["model"] == name]
         ev = [e for e in evals if e["model"] == name]

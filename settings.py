@@ -10,8 +10,12 @@ Nothing here trains; graft_min.py imports it, never the other way round.
 import argparse
 import json
 import os
+import platform
 
+import numpy
+import tokenizers
 import torch
+import transformers
 
 import ddp
 import pairs
@@ -245,12 +249,25 @@ def model_paths(cfg):
                      f"or give --model-a and --model-b)")
 
 
+def software_stack(device):
+    """What a run's numbers depend on besides its flags: the versions of python, torch, transformers, tokenizers
+    and numpy, and the kernels torch picks (the CPU capability, e.g. AVX512 or AVX2; on CUDA also the card's
+    name). Two runs of the same flags agree bit for bit only on the same stack (README, "Exact pins")."""
+    stack = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+             "tokenizers": tokenizers.__version__, "numpy": numpy.__version__,
+             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if str(device).startswith("cuda"):
+        stack["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
+    return stack
+
+
 def run_config(cfg, method):
     """The run's settings as config.json records them: every flag, the method, the model paths,
-    the stored-mode peer, the thread count (the one set now, unless --threads gives it) and the number
-    of processes (torchrun's world size, 1 without it)."""
+    the stored-mode peer, the thread count (the one set now, unless --threads gives it), the number
+    of processes (torchrun's world size, 1 without it) and the software stack (software_stack)."""
     config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
-              "threads": cfg.threads or torch.get_num_threads(), "world_size": ddp.world_size()}
+              "threads": cfg.threads or torch.get_num_threads(), "world_size": ddp.world_size(),
+              "stack": software_stack(cfg.device)}
     if method == "stored":
         config["peer"] = "b" if cfg.train == "a" else "a"
     return json.loads(json.dumps(config))

@@ -108,6 +108,40 @@ def test_resume_pins_the_thread_count(model_dirs, tmp_path):
         torch.set_num_threads(threads)
 
 
+def test_a_run_records_its_software_stack_and_resume_on_another_warns_in_one_line(model_dirs, tmp_path, caplog):
+    import numpy
+    import tokenizers
+    import transformers
+    out = tmp_path / "run"
+    run(model_dirs, out, "--method", "grpo", "--steps", "1")
+    config = runlog.read_json(out / "config.json")
+    stack = config["stack"]
+    assert stack["torch"] == torch.__version__ and stack["transformers"] == transformers.__version__
+    assert stack["tokenizers"] == tokenizers.__version__ and stack["numpy"] == numpy.__version__
+    assert stack["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and stack["python"].count(".") == 2
+    assert config["threads"] >= 1
+    assert runlog.read_json(out / "summary.json")["stack"] == stack  # and so the summary
+    # the folder made with another transformers on another CPU: resumed with a warning, not refused
+    runlog.write_json(str(out / "config.json"),
+                      {**config, "stack": {**stack, "transformers": "5.17.0", "cpu_capability": "AVX2"}})
+    with caplog.at_level("INFO", logger="graft_min"):
+        run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume")
+    lines = [r.getMessage() for r in caplog.records if "software stack" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert f"cpu_capability AVX2 -> {stack['cpu_capability']}" in lines[0]
+    assert f"transformers 5.17.0 -> {transformers.__version__}" in lines[0]
+    assert "torch" not in lines[0].replace("transformers", "")  # only what differs is named
+    assert [r.levelname for r in caplog.records if "software stack" in r.getMessage()] == ["WARNING"]
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["next_step"] == 2
+
+
+def test_stack_differences_name_each_entry_and_an_unrecorded_stack():
+    old, new = {"torch": "2.13.0", "numpy": "2.4.6"}, {"torch": "2.13.0", "numpy": "2.4.7", "python": "3.11.7"}
+    assert runlog.stack_differences(old, new) == ["numpy 2.4.6 -> 2.4.7", f"python {runlog.MISSING} -> 3.11.7"]
+    assert runlog.stack_differences(new, new) == []
+    assert runlog.stack_differences(runlog.MISSING, new)[0].startswith('stack "<not set>" -> ')
+
+
 def test_resume_refuses_a_checkpoint_without_its_config(model_dirs, tmp_path):
     out = tmp_path / "run"
     run(model_dirs, out, "--method", "grpo", "--steps", "1")
@@ -276,14 +310,14 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     for seed, bump in ((0, 0.0), (1, 0.02)):
         for variant in reproduce.VARIANTS:
-            gain = {"grpo": 0.05, "grpo_2n": 0.07, "graft": 0.09}.get(variant, 0.06) + bump
+            gain = {"grpo": 0.05, "grpo_2n": 0.07, "grpo_4n": 0.08, "graft": 0.09}.get(variant, 0.06) + bump
             end = {m: {f: v + gain for f, v in fams.items()} for m, fams in start.items()}
             runlog.write_json(str(root / f"seed{seed}" / variant / "summary.json"),
                               _summary(start, end, (0.8, 0.6 - bump), (0.1, 0.2)))
     seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
     table, wall = reproduce.collect(str(root), seeds_of)
     for seed in (0, 1):  # held-out curves: evaluations at steps 0 and 7, the end value at step 7
-        for variant, gain in (("grpo", 0.05), ("grpo_2n", 0.07), ("graft", 0.09)):
+        for variant, gain in (("grpo", 0.05), ("grpo_2n", 0.07), ("grpo_4n", 0.08), ("graft", 0.09)):
             with open(root / f"seed{seed}" / variant / "evals.jsonl", "w") as f:
                 for step, g in ((0, 0.0), (7, gain + 0.02 * seed)):
                     for m in "ab":
@@ -310,7 +344,11 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     assert "| B | mul | 0.050 | 0.250 | 0.110 | 0.450 | 0.150 | 0.550 |" in text
     # weak families A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
     assert "- GRPO (n) - start, weak family: A (add) +0.060, B (mul) +0.060." in text
-    assert "- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020." in text
+    assert ("- GRAFT - GRPO (n), weak family: A (add) +0.040, B (mul) +0.040; GRAFT - GRPO (2n): A +0.020, B +0.020; "
+            "GRAFT - GRPO (4n): A +0.010, B +0.010." in text)
+    # 7 steps x 64 prompts x n: 8 for GRPO (n) and GRAFT, 16 and 32 for the larger budgets
+    assert ("- rollouts sampled per model and run: GRPO (n) 3,584, GRAFT 3,584, GRPO (2n) 7,168, GRPO (4n) 14,336."
+            in text)
     assert "| GRAFT | 2 | 0.200 +- 0.014 (+0.040) | 0.600 +- 0.014 (+0.040) |" in text  # A: 0.10 + 0.09 / 0.11
     assert "| 0.800 -> 0.590 |" in text  # all-fail share, first -> last, mean over seeds
     assert "| GRPO (n) | A | 0.100 -> 0.200 | 0.100 -> 0.200 |" in text
@@ -320,8 +358,25 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     assert "| B | 1.0 | 1.0 | 0.50 | 1.00 | 0.50 | +0.0 | 0.36 |" in text
     assert "| A (add) | GRAFT | 0.100 | 0.200 |" in text and "| B (mul) | GRPO (2n) | 0.050 | 0.130 |" in text
     headline = (tmp_path / "results" / "headline.md").read_text()
-    assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.200 | +0.040 |" in headline
-    assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.150 | +0.040 |" in headline
+    assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.190 | 0.200 | +0.040 |" in headline
+    assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.140 | 0.150 | +0.040 |" in headline
+
+
+def test_reproduce_refuses_to_mix_runs_of_different_stacks_and_names_the_folders(tmp_path):
+    start = {"a": {"add": 0.1, "mul": 0.5}, "b": {"add": 0.7, "mul": 0.05}}
+    root = tmp_path / "runs"
+    for seed, transformers_version in ((0, "5.25.0"), (1, "5.17.0")):
+        summary = {**_summary(start, start, (0.8, 0.6), (0.1, 0.2)), "stack": {"transformers": transformers_version}}
+        runlog.write_json(str(root / f"seed{seed}" / "grpo" / "summary.json"), summary)
+    with pytest.raises(SystemExit) as e:
+        reproduce.collect(str(root), {"grpo": [0, 1]})
+    message = str(e.value)
+    assert "different software stacks" in message
+    for seed, version in ((0, "5.25.0"), (1, "5.17.0")):
+        line = next(x for x in message.splitlines() if version in x)
+        assert line.endswith(os.path.join(str(root), f"seed{seed}", "grpo"))
+    table, _ = reproduce.collect(str(root), {"grpo": [0]})  # one stack: one table
+    assert table["grpo"]["a"]["add"] == {0: 0.1}
 
 
 def test_main_job_table_shows_start_end_and_first_last(capsys):
