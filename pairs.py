@@ -157,6 +157,7 @@ def autocast_bf16(model, device_type):
     (bf16 keeps 8 bits of mantissa). Log-probs are taken in fp32 from the bf16 logits. The wrapper
     lives on this instance: a deepcopy of the model would still call the original's forward."""
     model.forward = torch.autocast(device_type=device_type, dtype=torch.bfloat16)(model.forward)
+    model.autocast_dtype = torch.bfloat16  # for rollout.chunked_logprobs, which calls the trunk and the head itself
     return model
 
 

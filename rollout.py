@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils.checkpoint
 from tqdm import tqdm
 from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
@@ -98,13 +99,62 @@ def pad_batch(prompt_ids, response_ids, pad_id):
     return input_ids, attention, position_ids, response_mask, P
 
 
+# Above this many elements of a micro-batch's [B, R, V] logits, its log-probs are taken in chunks of response
+# positions (chunked_logprobs): 2**26 fp32 elements are 256 MiB a copy. The tiny pair's largest micro-batch
+# (64 sequences x at most a few hundred positions x a vocabulary of 28 or 74) stays under 2M elements, so it never
+# chunks and its numbers stay bit for bit; --pair small's (2 x 1024 x 151,936) is 311M: 2 x 220 positions a chunk.
+CHUNK_ELEMENTS = 2**26
+
+
+def autocast_of(model):
+    """The autocast context the model's own forward runs in (pairs.autocast_bf16 marks the model with
+    `autocast_dtype`), for the parts of it that chunked_logprobs calls one by one."""
+    dtype = getattr(model, "autocast_dtype", None)
+    device_type = next(model.parameters()).device.type
+    return torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)
+
+
+def chunked_logprobs(model, input_ids, attention, position_ids, targets, temperature, entropy):
+    """token_logprobs past CHUNK_ELEMENTS, the same numbers (to ~1e-7) in less memory: the trunk runs once, then the
+    lm-head, log_softmax and gather run on chunks of response positions, so that [B, R, V] logits never exist whole.
+    With gradients each chunk's lm-head and log-softmax are recomputed in the backward (torch.utils.checkpoint):
+    only one chunk's logits and their gradient are alive at a time. targets: [B, R] ids; returns as token_logprobs."""
+    B, R = targets.shape
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2's; applied as its forward does
+
+    def piece(h, t):  # h [B, c, H] final hidden states, t [B, c] targets -> log-probs [B, c] (and entropies [B, c])
+        with autocast_of(model):
+            logits = head(h)  # [B, c, V]
+            if cap is not None:
+                logits = torch.tanh(logits / cap) * cap
+        logits = logits.float()
+        if temperature != 1:
+            logits = logits / temperature
+        all_logprobs = torch.log_softmax(logits, dim=-1)  # [B, c, V]
+        lp = all_logprobs.gather(-1, t[..., None]).squeeze(-1)  # [B, c]
+        return (lp, -(all_logprobs.exp() * all_logprobs).sum(-1)) if entropy else (lp,)
+
+    with autocast_of(model):
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                                  use_cache=False).last_hidden_state[:, -R - 1:-1]  # [B, R, H], position t predicts t+1
+    step = max(1, CHUNK_ELEMENTS // (B * head.weight.shape[0]))  # response positions per chunk
+    parts = []
+    for i in range(0, R, step):
+        h, t = hidden[:, i:i + step], targets[:, i:i + step]
+        parts.append(torch.utils.checkpoint.checkpoint(piece, h, t, use_reentrant=False) if torch.is_grad_enabled()
+                     else piece(h, t))
+    return tuple(torch.cat([part[k] for part in parts], dim=1) for k in range(len(parts[0])))  # [B, R] each
+
+
 def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, micro_batch=None, entropy=False,
                    desc=None):
     """log_softmax(logits / T) of each response token given its prompt and the tokens before it.
 
     prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]), and with
     entropy=True also the entropy of the whole next-token distribution at each position [B, R];
-    gradients flow when grad mode is on. micro_batch splits the forward to bound memory (desc: a bar over them).
+    gradients flow when grad mode is on. micro_batch splits the forward to bound memory (desc: a bar over them);
+    a micro-batch whose logits would pass CHUNK_ELEMENTS is taken in chunks of positions (chunked_logprobs).
     """
     device = next(model.parameters()).device
     if micro_batch and len(prompt_ids) > micro_batch:
@@ -115,7 +165,12 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
         return tuple(torch.cat([torch.nn.functional.pad(part[k], (0, R - part[k].shape[1])) for part in parts])
                      for k in range(len(parts[0])))
     input_ids, attention, position_ids, mask, P = pad_batch(prompt_ids, response_ids, pad_id)
-    R = mask.shape[1]
+    B, R = mask.shape
+    targets = input_ids[:, P:].to(device)  # [B, R]
+    if B * R * model.get_output_embeddings().weight.shape[0] > CHUNK_ELEMENTS:
+        out = chunked_logprobs(model, input_ids.to(device), attention.to(device), position_ids.to(device), targets,
+                               temperature, entropy)
+        return out[0], mask.to(device), *out[1:]
     # Without gradients only the last R + 1 positions go through the lm-head (the prompt's logits are never used;
     # ~20% of a scoring pass on SmolLM2-135M, bench/bench_trl.py), with bit-identical log-probs. With gradients
     # all positions do: the lm-head's weight gradient summed over fewer rows rounds differently in its last bits.
@@ -125,7 +180,6 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
     logits = out.logits[:, -R - 1:-1].float()  # [B, R, V], logits at t predict t+1 (responses end the rows)
     if temperature != 1:  # x / 1 == x: no [B, R, V] copy at T = 1
         logits = logits / temperature
-    targets = input_ids[:, P:].to(device)  # [B, R]
     all_logprobs = torch.log_softmax(logits, dim=-1)  # [B, R, V]
     logprobs = all_logprobs.gather(-1, targets[..., None]).squeeze(-1)  # [B, R]
     if entropy:

@@ -43,6 +43,74 @@ def test_scoring_matches_a_plain_forward_pass(llama, char_tok_a):
 
 
 
+def _score_and_grad(model, prompts, responses, pad_id, temperature):
+    """Log-probs [B, R] with gradients, and each parameter's gradient of a weighted sum of them."""
+    model.zero_grad(set_to_none=True)
+    lp, mask = rollout.token_logprobs(model, prompts, responses, pad_id, temperature)
+    coef = torch.linspace(-1.0, 2.0, lp.shape[0])[:, None]  # [B, 1] advantages of both signs
+    (torch.where(mask, lp, torch.zeros_like(lp)) * coef).sum().backward()
+    return lp.detach(), mask, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_equal_the_whole_ones_in_value_and_gradient(arch, temperature, char_tok_a, monkeypatch):
+    # past CHUNK_ELEMENTS the lm-head and log-softmax run over chunks of positions (recomputed in the backward);
+    # here chunks of 3 positions (4 x R x 28 elements would be the whole), also cutting the last chunk short
+    model = make_model(arch, char_tok_a, seed=7)
+    probs = _texts()
+    prompts = [char_tok_a.encode(p.question) for p in probs]
+    responses = [char_tok_a.encode(p.solution[: 4 + 10 * i]) for i, p in enumerate(probs)]
+    pad, V = char_tok_a.pad_token_id, model.get_output_embeddings().weight.shape[0]
+    whole_lp, mask, whole_grad = _score_and_grad(model, prompts, responses, pad, temperature)
+    with torch.no_grad():
+        _, _, whole_ent = rollout.token_logprobs(model, prompts, responses, pad, temperature, entropy=True)
+    calls = []
+    real = rollout.chunked_logprobs
+    monkeypatch.setattr(rollout, "chunked_logprobs", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(rollout, "CHUNK_ELEMENTS", len(prompts) * 3 * V)
+    lp, mask2, grad = _score_and_grad(model, prompts, responses, pad, temperature)
+    with torch.no_grad():
+        scored, _, ent = rollout.token_logprobs(model, prompts, responses, pad, temperature, entropy=True)
+    assert len(calls) == 2 and torch.equal(mask, mask2)
+    torch.testing.assert_close(lp[mask], whole_lp[mask], atol=1e-6, rtol=0)
+    torch.testing.assert_close(scored[mask], whole_lp[mask], atol=1e-6, rtol=0)
+    torch.testing.assert_close(ent[mask], whole_ent[mask], atol=1e-6, rtol=0)
+    assert grad.keys() == whole_grad.keys() and len(grad) == len(list(model.parameters()))
+    for name in grad:
+        torch.testing.assert_close(grad[name], whole_grad[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_chunked_logprobs_run_under_the_models_autocast(char_tok_a, monkeypatch):
+    # a bf16-autocast model (pairs.autocast_bf16) takes its chunks' lm-head in bf16 too, as its own forward does
+    import pairs
+    model = pairs.autocast_bf16(make_model("llama", char_tok_a, seed=8), "cpu")
+    probs = _texts()
+    prompts = [char_tok_a.encode(p.question) for p in probs]
+    responses = [char_tok_a.encode(p.solution[: 6 + 8 * i]) for i, p in enumerate(probs)]
+    with torch.no_grad():
+        whole, mask = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id)
+        monkeypatch.setattr(rollout, "CHUNK_ELEMENTS", 4 * 2 * 28)
+        chunked, _ = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id)
+        monkeypatch.setattr(model, "autocast_dtype", None)  # the same chunks in fp32: visibly different numbers
+        fp32, _ = rollout.token_logprobs(model, prompts, responses, char_tok_a.pad_token_id)
+    torch.testing.assert_close(chunked[mask], whole[mask], atol=0.02, rtol=0)  # bf16 rounding of one matmul apart
+    assert (fp32[mask] - whole[mask]).abs().max() > (chunked[mask] - whole[mask]).abs().max()
+
+
+def test_the_tiny_pairs_largest_micro_batch_never_chunks(tiny_pair_ready):
+    # the tiny pair's numbers stay bit for bit only if no micro-batch of its runs reaches the chunked path:
+    # 64 sequences (its --micro-batch) x 1,000 positions (20x its longest response, 48 tokens) x its vocabularies
+    import json
+    import os
+    import settings
+    cfg = settings.parse_args(["--pair", "tiny"])
+    for folder in tiny_pair_ready:
+        with open(os.path.join(folder, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+        assert cfg.max_new_tokens * 20 <= 1000 and cfg.micro_batch * 1000 * vocab < rollout.CHUNK_ELEMENTS
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_scoring_without_gradients_keeps_only_response_logits_and_the_same_bits(arch, temperature, char_tok_a):
