@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 import ddp
 import loss
+import memory
 import pairs
 import rollout
 import runlog
@@ -397,7 +398,7 @@ def make_policy(name, path, lr, cfg):
     model, tok, sampler = pairs.load_for_rl(path, cfg)
     fused = True if torch.device(cfg.device).type == "cuda" else None  # None: torch's default, as before, on a CPU
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay, fused=fused)
-    log.info("model %s (%s): %s", name, path, pairs.describe_memory(pairs.memory_estimate(model, cfg)))
+    log.info("model %s (%s): %s", name, path, memory.describe_memory(memory.memory_estimate(model, cfg)))
     return Policy(name, model, tok, opt, lr, sampler)
 
 
@@ -437,6 +438,7 @@ def run(cfg, method, out):
     names = [cfg.train] if method == "stored" else ["a", "b"]
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
+    memory.resolve_auto_sizes(cfg, list(policies.values()), ddp.world_size())  # --gen-batch / --micro-batch auto
     if main:
         runlog.announce_checkpoints(out, [p.model for p in policies.values()], cfg)
     train_problems, heldout = settings.load_data(cfg)

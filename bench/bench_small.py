@@ -1,6 +1,6 @@
 """The `--pair small` shape, measured: GRAFT steps of its two architectures at their real sizes, on random weights.
 
-    python bench/bench_small.py --device cuda [--steps 2] [--tokenizers DIR] [graft_min flags]
+    python bench/bench_small.py --device cuda [--steps 2] [--tokenizers DIR] [--memory-cap-gib 24] [graft_min flags]
     python bench/bench_small.py --toy [--steps 1]          # 2 narrow layers, 4 prompts x 4, 8 tokens: CPUs, tests
 
 Builds Qwen2.5-0.5B-Instruct (Qwen2, 494M parameters) and SmolLM2-360M-Instruct (Llama, 362M) from their published
@@ -8,13 +8,15 @@ configs (QWEN25_05B, SMOLLM2_360M below) with random weights, and gives them the
 fetched Qwen2.5-Coder-0.5B-Instruct and SmolLM2-135M-Instruct (`python pairs.py fetch`; the same vocabularies and
 chat templates), or the folders DIR/qwen and DIR/smollm2. Each model is saved and loaded by graft_min.make_policy,
 then GRAFT steps run at the `small` preset's shape (settings.PRESETS["small"]: 32 GSM8K prompts x 8 responses of
-up to 1024 new tokens, 4 minibatches, bf16 autocast, gradient checkpointing, micro-batch 2), except that all 256
-sequences are generated in one call (--gen-batch 256; the preset's 32 suits a 24 GB GPU and costs 8 calls).
+up to 1024 new tokens, 4 minibatches, bf16 autocast and on CUDA sampling from a bf16 copy, gradient checkpointing,
+--gen-batch and --micro-batch auto: memory.auto_batch_sizes, printed). --memory-cap-gib plays a smaller card on a
+larger one (torch.cuda.set_per_process_memory_fraction): the auto sizes then fit the cap.
 Random weights never sample an end id early: every response is the full 1024 tokens, the worst case. Random text
 never verifies either, so rewards come from a hash of each text (right with probability 1/3): groups mix, GRAFT
 exchanges, and scoring peer responses is timed too.
 Prints per step the seconds of each phase (both models), tokens per second, peak memory, and the hours of a
-100-step run from the last step (evaluation not included).
+100-step run from the last step, without and with the preset's evaluations (estimated from the step's sampling
+rate: eval_problems x eval_samples responses of the full length per model, at steps 0, 10, ..., 100).
 """
 
 import argparse
@@ -32,6 +34,7 @@ import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 import graft_min  # noqa: E402
+import memory  # noqa: E402
 import pairs  # noqa: E402
 import rollout  # noqa: E402
 import settings  # noqa: E402
@@ -85,9 +88,14 @@ def main(argv=None):
     p.add_argument("--tokenizers", default=None,
                    help="folder with qwen/ and smollm2/ tokenizer folders (default: the fetched models' own)")
     p.add_argument("--json", default=None, help="also write the per-step figures to this JSON file")
+    p.add_argument("--memory-cap-gib", type=float, default=None,
+                   help="CUDA: cap this process's memory (a smaller card on a larger one); auto sizes fit the cap")
     args, rest = p.parse_known_args(argv)
-    cfg = settings.parse_args(["--pair", "small", "--method", "graft", "--gen-batch", "256", "--data", "gsm8k",
+    cfg = settings.parse_args(["--pair", "small", "--method", "graft", "--data", "gsm8k",
                                *(TOY_FLAGS if args.toy else []), *rest])
+    if args.memory_cap_gib and cfg.device.startswith("cuda"):
+        total = torch.cuda.get_device_properties(cfg.device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2**30 / total), cfg.device)
     args.train_data = cfg.train_data
     if args.tokenizers:
         toks = [os.path.join(args.tokenizers, name) for name in ("qwen", "smollm2")]
@@ -109,13 +117,15 @@ def main(argv=None):
                                          ("b", SMOLLM2_360M, toks[1], "SmolLM2-360M")):
             sizes[label] = build(config, tok, os.path.join(tmp, name), args.toy, seed=ord(name))
             policies[name] = graft_min.make_policy(name, os.path.join(tmp, name), cfg.lr, cfg)
+    memory.resolve_auto_sizes(cfg, list(policies.values()))
     problems = gsm8k_prompts(args)
     device = cfg.device
     print(f"device: {torch.cuda.get_device_name() if device.startswith('cuda') else 'cpu'}; "
           f"{', '.join(f'{k} {v / 1e6:.0f}M' for k, v in sizes.items())} parameters{' (toy)' * args.toy}; "
           f"{cfg.prompts_per_step} prompts x {cfg.n} responses of <= {cfg.max_new_tokens} tokens, {cfg.minibatches} "
           f"minibatches, {cfg.dtype}, gradient checkpointing {cfg.grad_checkpointing}, micro-batch {cfg.micro_batch}, "
-          f"gen-batch {cfg.gen_batch}")
+          f"gen-batch {cfg.gen_batch}, sampling from a bf16 copy {policies['a'].sampler is not None}"
+          + (f", memory capped at {args.memory_cap_gib:g} GiB" if args.memory_cap_gib else ""))
     print(f"{'step':>4s} {'s/step':>7s} {'generate':>9s} {'score':>6s} {'graft':>6s} {'update':>7s} {'gen tok':>8s} "
           f"{'gen tok/s':>9s} {'upd tok/s':>9s} {'exchanged':>9s} {'peak MiB':>9s}", flush=True)
     rows = []
@@ -135,8 +145,15 @@ def main(argv=None):
               f"{row['update']:7.1f} {row['generated_tokens']:8d} {row['generated_tokens'] / row['generate']:9.0f} "
               f"{row['update_tokens'] / row['update']:9.0f} {row['exchanged']:9d} {row['peak_mib']:9.0f}", flush=True)
     last = rows[-1]
-    print(f"100 steps at the last step's pace: {100 * last['seconds'] / 3600:.2f} h of training "
-          f"(evaluation not included); every response {cfg.max_new_tokens} tokens long, the worst case")
+    evals = 100 // cfg.eval_every + 1  # at step 0 and every eval_every steps
+    eval_tokens = 2 * evals * cfg.eval_problems * cfg.eval_samples * cfg.max_new_tokens  # both models, full length
+    eval_hours = eval_tokens / (last["generated_tokens"] / last["generate"]) / 3600
+    last["hours_100_steps"] = 100 * last["seconds"] / 3600
+    last["hours_100_steps_with_evals"] = last["hours_100_steps"] + eval_hours
+    print(f"100 steps at the last step's pace: {last['hours_100_steps']:.2f} h of training, "
+          f"{last['hours_100_steps_with_evals']:.2f} h with {evals} evaluations of {cfg.eval_problems} problems x "
+          f"{cfg.eval_samples} (at the step's sampling rate); every response {cfg.max_new_tokens} tokens long, "
+          f"the worst case")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": {k: v for k, v in vars(cfg).items() if isinstance(v, (int, float, str, bool))},

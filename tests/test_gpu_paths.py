@@ -140,3 +140,81 @@ def test_adamw_is_fused_on_cuda_only(model_dirs, monkeypatch):
         graft_min.make_policy("a", model_dirs[0], 1e-3, cfg)
         assert seen[-1] is fused, device
     assert os.path.isdir(model_dirs[0])
+
+
+# ---------------------------------------------------------------- --gen-batch / --micro-batch auto
+
+def small_pair_on_meta():
+    """The `small` pair's two architectures at their published sizes, on the meta device (shapes, no memory)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import bench_small
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        return [AutoModelForCausalLM.from_config(AutoConfig.for_model(**c))
+                for c in (bench_small.QWEN25_05B, bench_small.SMOLLM2_360M)]
+
+
+def test_kv_cache_bytes_per_token_are_the_architectures():
+    import memory
+    qwen, smol = small_pair_on_meta()
+    # a token's K and V in every layer: 2 x 24 layers x 2 KV heads x 64 dims x 2 bytes (bf16) = 12,288 for
+    # Qwen2.5-0.5B, 2 x 32 x 5 x 64 x 2 = 40,960 for SmolLM2-360M; twice that in fp32 (4-byte cache)
+    for model, per_token in ((qwen, 12_288), (smol, 40_960)):
+        for cache_bytes in (2, 4):
+            grow = memory.sampling_bytes(model, 1025, cache_bytes) - memory.sampling_bytes(model, 1024, cache_bytes)
+            assert grow == per_token * cache_bytes // 2
+    # the update keeps each layer's input of each position with checkpointing: 24 x 896 x 4 bytes for Qwen, plus
+    # one layer's recompute; without it, every layer's activations
+    assert memory.update_bytes(qwen, 1025, True) - memory.update_bytes(qwen, 1024, True) > 24 * 896 * 4
+    assert memory.update_bytes(qwen, 1024, False) > 10 * memory.update_bytes(qwen, 1024, True)
+
+
+@pytest.mark.parametrize("card_gib", [24, 80, 141])
+def test_auto_sizes_of_the_small_preset_fit_the_card_and_are_the_largest_that_do(card_gib):
+    import memory
+    models = small_pair_on_meta()
+    cfg = settings.parse_args(["--pair", "small", "--device", "cpu"])
+    assert (cfg.gen_batch, cfg.micro_batch) == ("auto", "auto")  # the preset's default
+    n = sum(p.numel() for m in models for p in m.parameters())
+    free = card_gib * 2**30 - 6 * n - 2**29  # fp32 masters and bf16 copies loaded, half a GiB of CUDA context
+    gen, micro, _ = memory.auto_batch_sizes(models, [object(), object()], cfg, free)
+    per_gen = max(memory.sampling_bytes(m, 1024, 2) for m in models)
+    per_update = max(memory.update_bytes(m, 1024, True) for m in models)
+    spent = 12 * n + max(2**30, free // 10)  # gradients and AdamW states of both models, the reserve
+    chunk = 16 * rollout.CHUNK_ELEMENTS
+    assert spent + gen * per_gen <= free and spent + chunk + micro * per_update <= free  # inside the card
+    assert gen == 256 or spent + (gen + 1) * per_gen > free  # the largest: one more would not fit, or a step's all
+    assert micro == 64 or spent + chunk + (micro + 1) * per_update > free  # or the whole minibatch (256 / 4)
+    assert micro >= 2 and gen >= 32  # a 24 GB card still runs the preset, at least at its former fixed sizes
+
+
+def test_auto_sizes_refuse_a_card_too_small_and_keep_given_sizes():
+    import memory
+    models = small_pair_on_meta()
+    cfg = settings.parse_args(["--pair", "small", "--device", "cpu", "--micro-batch", "3"])
+    gen, micro, _ = memory.auto_batch_sizes(models, [None, None], cfg, 40 * 2**30)
+    assert micro == 3 and 1 <= gen <= 256
+    with pytest.raises(MemoryError, match="--gen-batch / --micro-batch auto: 12.0 GiB free"):
+        memory.auto_batch_sizes(models, [None, None], cfg, 12 * 2**30)  # 0.86B parameters: 9.6 GiB of states
+
+
+def test_a_run_with_auto_sizes_uses_and_prints_them(model_dirs, tmp_path, monkeypatch, caplog):
+    # a fake free memory on the CPU: room for the tiny models' states, the reserve and a chunk of log-probs
+    import memory
+    sizes = []
+    real = rollout.sample_groups
+    monkeypatch.setattr(rollout, "sample_groups", lambda *a, **kw: sizes.append(kw["gen_batch"]) or real(*a, **kw))
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 4 * 2**30)
+    with caplog.at_level("INFO", logger="graft_min"):
+        run(model_dirs, tmp_path / "run", "--steps", "1", "--gen-batch", "auto", "--micro-batch", "auto")
+    line, = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto sizes")]
+    gen = int(line.split("--gen-batch ")[1].split(",")[0])
+    assert sizes and set(sizes) == {gen} and 1 <= gen <= 6 * 4  # at most a step's 6 prompts x 4
+    assert "--micro-batch" in line and "GiB free" in line
+    assert runlog_config(tmp_path / "run")["gen_batch"] == "auto"  # the folder records what was asked
+
+
+def runlog_config(out):
+    import runlog
+    return runlog.read_json(out / "config.json")

@@ -7,7 +7,7 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # bottom to top; a file may import files of lower levels only. README names bench/'s files as `bench/`.
-LAYERS = [["verifier", "loss", "wheels", "ddp"], ["rollout"], ["tasks"], ["pairs"], ["tiny_world"], ["runlog"], ["plots"],
+LAYERS = [["verifier", "loss", "wheels", "ddp"], ["rollout"], ["tasks"], ["pairs", "memory"], ["tiny_world"], ["runlog"], ["plots"],
           ["settings", "complementarity"], ["graft_min"], ["reproduce"], ["regimes"], ["bench/bench_step", "bench/bench_verifier", "bench/bench_small", "bench/bench_ddp",
            "bench/bench_trl"],
           ["bench/bench_real"]]

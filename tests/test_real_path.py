@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import graft_min
+import memory
 import pairs
 import rollout
 import settings
@@ -138,14 +139,14 @@ def test_make_policy_sets_up_bf16_autocast_and_checkpointing(stand_ins):
         assert pol.model(input_ids=ids).logits.dtype == torch.bfloat16  # forward under autocast
     lp, _ = rollout.token_logprobs(pol.model, [ids[0].tolist()], [[5, 6]], pol.tok.pad_token_id)
     assert lp.dtype == torch.float32
-    gb = pairs.memory_estimate(pol.model, cfg)
+    gb = memory.memory_estimate(pol.model, cfg)
     n = sum(p.numel() for p in pol.model.parameters())
     assert gb["total"] == pytest.approx(16 * n / 1e9)
     assert gb["logits"] == pytest.approx(3 * 2 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
     # a micro-batch larger than the minibatch (4 prompts x 4 / 2 = 8 sequences) holds the minibatch
     cfg = settings.parse_args(["--pair", "small", "--micro-batch", "64", "--max-new-tokens", "8",
                                 "--prompts-per-step", "4", "--n", "4", "--minibatches", "2"])
-    gb = pairs.memory_estimate(pol.model, cfg)
+    gb = memory.memory_estimate(pol.model, cfg)
     assert gb["logits"] == pytest.approx(3 * 8 * (512 + 8) * pol.model.config.vocab_size * 4 / 1e9)
 
 
