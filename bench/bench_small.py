@@ -69,6 +69,13 @@ def build(config, tokenizer_dir, out, toy, seed):
     return sum(p.numel() for p in model.parameters())
 
 
+def tokenizer_dirs(folder=None):
+    """The Qwen and SmolLM2 tokenizers' folders: folder/qwen and folder/smollm2, or the fetched models' own."""
+    if folder:
+        return [os.path.join(folder, name) for name in ("qwen", "smollm2")]
+    return [pairs.ensure_model(spec) for spec in (pairs.QWEN_CODER, pairs.SMOLLM2)]
+
+
 def gsm8k_prompts(args):
     """GSM8K training problems: --train-data, else the fetched file (pairs.py fetch)."""
     path = args.train_data or tasks.data_files(tasks.ensure_data())["gsm8k_train"]
@@ -97,10 +104,7 @@ def main(argv=None):
         total = torch.cuda.get_device_properties(cfg.device).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2**30 / total), cfg.device)
     args.train_data = cfg.train_data
-    if args.tokenizers:
-        toks = [os.path.join(args.tokenizers, name) for name in ("qwen", "smollm2")]
-    else:
-        toks = [pairs.ensure_model(spec) for spec in (pairs.QWEN_CODER, pairs.SMOLLM2)]
+    toks = tokenizer_dirs(args.tokenizers)
     graft_min.reward = hash_reward
     generated = []  # tokens of every sampled response, counted as rollout.sample_groups returns
     sample = rollout.sample_groups
