@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# Issue 26's GPU check as one command, for a CUDA machine without internet (results/gpu_h200.txt is its output):
-# the tiny pair's main job for 2 steps on CUDA in bf16, then bench/bench_small.py at the small preset's shape.
-# What travels with the working tree, prepared on a machine with the project's cache (`python pairs.py fetch`):
-#   .whl/    math-verify 0.9.0, latex2sympy2_extended 1.11.0, antlr4-python3-runtime 4.13.2 (pip download --no-deps)
-#   .device/tok/qwen, .device/tok/smollm2   tokenizer.json, tokenizer_config.json, chat_template.jinja of the
-#            fetched Qwen2.5-Coder-0.5B-Instruct and SmolLM2-135M-Instruct (cache/real/...)
-#   .device/cache/tiny                      the warm-started tiny pair (cache/tiny)
-#   .device/gsm8k_256.jsonl                 the first 256 lines of cache/data/pypi/gsm8k_train.jsonl
-# Output goes to $OUT (or ./gpu_check_out).
+# Issue 37's GPU check as one device call of at most 7 minutes (results/gpu_<card>.txt is its output, as printed):
+#   1. the card and the stack: the pinned transformers / tokenizers carried in .whl, over the image's own torch
+#   2. the tiny pair's main job for 2 steps on CUDA in bf16 (sampling from the bf16 copies)
+#   3. bench/bench_gpu.py: copy bandwidth and bf16 matmul rate; ms per decode step at batch 256 and contexts
+#      128 / 512 / 1024 for each sampler and both architectures, K-cache dtype, attention kernels, a profiler top 10
+#      before (fp32+autocast) and after (bf16 copy); the sampler-vs-scorer gap; update tokens/s at micro-batch 2 / auto
+#   4. bench/bench_small.py: GRAFT steps at the small shape with the new defaults (bf16 copy, auto sizes):
+#      phases, tokens/s, peak memory, hours for 100 steps with the preset's evaluations
+#   5. the same, one step, with the process capped at 24 GiB (a 24 GB card): the auto sizes fit the cap
+# Prepare on the CPU machine with bench/prepare_gpu_check.sh, then run with carry [".whl", ".device"]:
+#   bash bench/gpu_check.sh            (output in $OUT, or ./gpu_check_out)
+#   DEVICE=cpu TOY=1 bash bench/gpu_check.sh    every stage at the benches' toy sizes on a CPU, to try the call first
+# Each stage has its own time-out, so that a slow stage cannot take the later ones with it.
 set -o pipefail
 OUT=${OUT:-gpu_check_out}; mkdir -p "$OUT"
+DEVICE=${DEVICE:-cuda}; TOY=${TOY:+--toy}
 export PYTHONUNBUFFERED=1 GRAFT_MIN_CACHE=$PWD/.device/cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"; } | tee $OUT/gpu.txt
-t0=$SECONDS
-timeout 150 python3 graft_min.py --pair tiny --device cuda --dtype bfloat16 --steps 2 --out /tmp/tiny_cuda > $OUT/tiny_cuda.log 2>&1
-echo "tiny main job rc=$? in $((SECONDS - t0)) s" | tee -a $OUT/gpu.txt
-tr '\r' '\n' < $OUT/tiny_cuda.log | grep -v 'it/s\]\|s/it\]\|^$' | tail -25
-t0=$SECONDS
-timeout 380 python3 bench/bench_small.py --device cuda --steps 2 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small.json 2>&1 | grep -v 'Loading weights\|Writing model' | tee $OUT/bench_small.txt
-echo "bench rc=$? in $((SECONDS - t0)) s" | tee -a $OUT/gpu.txt
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+if ! python3 -c "import transformers" 2> $OUT/import.err; then  # the pinned stack does not import over this image
+  echo "pinned transformers does not import here ($(tail -1 $OUT/import.err)); using the image's own" | tee -a $OUT/gpu.txt
+  rm -rf /tmp/site/transformers* /tmp/site/huggingface_hub* /tmp/site/tokenizers*
+fi
+clean() { tr '\r' '\n' | grep -v '%|\|^ *$\|Loading weights\|Writing model'; }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi: $DEVICE"
+  python3 -c "import sys, torch, transformers, tokenizers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"; } | tee -a $OUT/gpu.txt
+stage() { local limit=$1 name=$2; shift 2; local t0=$SECONDS
+  echo "## $name" | tee -a $OUT/gpu.txt
+  timeout $limit "$@" 2>&1 | clean | tee $OUT/$name.txt | tail -60
+  echo "## $name: rc=${PIPESTATUS[0]} in $((SECONDS - t0)) s (limit $limit s)" | tee -a $OUT/gpu.txt; }
+stage 70 tiny_cuda python3 graft_min.py --pair tiny --device $DEVICE --dtype bfloat16 --steps 2 --out /tmp/tiny_cuda
+stage 170 bench_gpu python3 bench/bench_gpu.py $TOY --device $DEVICE --tokenizers .device/tok --cache-dir .device/cache --json $OUT/bench_gpu.json
+stage 120 bench_small python3 bench/bench_small.py $TOY --device $DEVICE --steps 2 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small.json
+stage 60 bench_small_24gib python3 bench/bench_small.py $TOY --device $DEVICE --steps 1 --memory-cap-gib 24 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small_24gib.json
