@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [["verifier", "loss", "wheels", "ddp"], ["rollout"], ["tasks"], ["pairs", "memory"], ["tiny_world"], ["runlog"], ["plots"],
           ["settings", "complementarity"], ["graft_min"], ["reproduce"], ["regimes"], ["bench/bench_step", "bench/bench_verifier", "bench/bench_small", "bench/bench_ddp",
            "bench/bench_trl"],
-          ["bench/bench_real"]]
+          ["bench/bench_real", "bench/bench_gpu"]]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 MODULE = {os.path.basename(name): name for name in LEVEL}  # import name -> file name
 
