@@ -16,7 +16,6 @@ set -o pipefail
 OUT=${OUT:-gpu_check_out}; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; TOY=${TOY:+--toy}
 export PYTHONUNBUFFERED=1 GRAFT_MIN_CACHE=$PWD/.device/cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
 if ! python3 -c "import transformers" 2> $OUT/import.err; then  # the pinned stack does not import over this image
