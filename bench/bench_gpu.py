@@ -120,9 +120,12 @@ def decode_ms(model, kind, batch, context, new_tokens, device, profiler=None):
                               min_new_tokens=new_tokens, eos_token_id=None, pad_token_id=0,
                               **({"cache_implementation": "static", "max_cache_len": 1024 + 64}
                                  if kind == "bf16+static" else {}))
-    for clock in (StepClock(device), StepClock(device, profiler)):  # warm-up (compiles), then measured
-        with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=mask, generation_config=config, streamer=clock)
+    with torch.no_grad():  # warm-up: the kernels, and the static cache's compiled step (its length is fixed)
+        model.generate(input_ids=ids, attention_mask=mask, streamer=StepClock(device),
+                       generation_config=GenerationConfig(**{**config.to_dict(), "max_new_tokens": 3,
+                                                             "min_new_tokens": 3}))
+        clock = StepClock(device, profiler)
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=config, streamer=clock)
     return clock.ms_per_step()
 
 
@@ -212,6 +215,24 @@ def update_rate(path, device, micro, toy):
             "seconds": seconds, "peak_gib": peak}
 
 
+def decode_rows(result, label, models, kinds, batch, contexts, new_tokens, device):
+    """Print (and keep in result) ms per decode step of each sampler kind at each context; a kind that fails
+    prints its error and the others go on (a device call must not end on one variant)."""
+    print(f"{label}: ms per decode step at batch {batch}\n{'sampler':16s}" +
+          "".join(f"{f'ctx {c}':>10s}" for c in contexts) + f"{'tok/s @max':>12s}", flush=True)
+    for kind in kinds:
+        row = []
+        try:
+            for c in contexts:
+                row.append(decode_ms(models[kind], kind, batch, c, new_tokens, device))
+        except Exception as e:  # noqa: BLE001 - printed with its type, then the next variant
+            print(f"{kind:16s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            result.setdefault("decode", {}).setdefault(label, {})[kind] = f"failed: {type(e).__name__}: {e}"
+            continue
+        result.setdefault("decode", {}).setdefault(label, {})[kind] = dict(zip(map(str, contexts), row))
+        print(f"{kind:16s}" + "".join(f"{ms:10.2f}" for ms in row) + f"{batch * 1000 / row[-1]:12.0f}", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -235,39 +256,34 @@ def main(argv=None):
     if "tiny_gap" in sections:
         result["gap_tiny"] = tiny_gap(device, args.cache_dir)
         print(f"tiny pair (trained weights), sampler-vs-scorer gap: {json.dumps(result['gap_tiny'])}", flush=True)
+    kinds = args.samplers.split(",")
+    unknown = set(kinds) - set(SAMPLERS)
+    if unknown:
+        p.error(f"--samplers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SAMPLERS)}")
+    first, extra = [k for k in kinds if k in SAMPLERS[:2]], [k for k in kinds if k not in SAMPLERS[:2]]
     with tempfile.TemporaryDirectory() as tmp:
+        built = []
         for (label, config), tok_dir in zip(ARCHS, bench_small.tokenizer_dirs(args.tokenizers)
                                             if {"decode", "gap", "update"} & set(sections) else ()):
             path = os.path.join(tmp, label)
             bench_small.build(config, tok_dir, path, toy, seed=len(label))
+            built.append((label, path))
             master, copy, tok = load_pair(path, device)
-            models = {"fp32+autocast": master, "bf16": copy, "bf16+static": copy, "bf16+continuous": copy}
             if "decode" in sections:
                 for kind in ("fp32+autocast", "bf16"):
-                    table, ops = profile_table(models[kind], batch, contexts[-1], device)
+                    table, ops = profile_table(master if kind == "fp32+autocast" else copy, batch, contexts[-1], device)
                     print(f"\nprofile of one decode step, {label}, {kind}, batch {batch}, context {contexts[-1]}; "
                           f"attention ops: {', '.join(ops) or 'none seen'}\n{table}", flush=True)
-                print(f"\n{label}: ms per decode step at batch {batch} (K cache: fp32+autocast "
-                      f"{cache_dtype(master, device)}, bf16 {cache_dtype(copy, device)})", flush=True)
-                print(f"{'sampler':16s}" + "".join(f"{f'ctx {c}':>10s}" for c in contexts) + f"{'tok/s @max':>12s}")
-                for kind in args.samplers.split(","):
-                    row = []
-                    try:
-                        for c in contexts:
-                            row.append(decode_ms(models[kind], kind, batch, c, new_tokens, device))
-                    except Exception as e:  # noqa: BLE001 - one variant failing must not end the device call
-                        print(f"{kind:16s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                        result.setdefault("decode", {}).setdefault(label, {})[kind] = f"failed: {e}"
-                        continue
-                    result.setdefault("decode", {}).setdefault(label, {})[kind] = dict(zip(map(str, contexts), row))
-                    print(f"{kind:16s}" + "".join(f"{ms:10.2f}" for ms in row) + f"{batch * 1000 / row[-1]:12.0f}",
-                          flush=True)
+                print(f"\n{label}: K cache dtype: fp32+autocast {cache_dtype(master, device)}, bf16 "
+                      f"{cache_dtype(copy, device)}", flush=True)
+                decode_rows(result, label, {"fp32+autocast": master, "bf16": copy}, first, batch, contexts,
+                            new_tokens, device)
             if "gap" in sections:
                 ids, mask = prompts(min(batch, 64), contexts[0], master.config.vocab_size, seed=2)
                 g = gap(master, copy, tok, [r[m.bool()].tolist() for r, m in zip(ids, mask)], new_tokens * 4)
                 result.setdefault("gap", {})[label] = g
                 print(f"\n{label} (random weights), sampler-vs-scorer gap: {json.dumps(g)}", flush=True)
-            del master, copy, models
+            del master, copy
             if "update" in sections:
                 for micro in (2, "auto"):
                     r = update_rate(path, device, micro, toy)
@@ -277,6 +293,11 @@ def main(argv=None):
                                                               else ")"), flush=True)
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
+        # the other samplers last: a time-out of the call then cuts these first
+        for label, path in built if "decode" in sections and extra else ():
+            _, copy, _ = load_pair(path, device)
+            decode_rows(result, label, {kind: copy for kind in extra}, extra, batch, contexts, new_tokens, device)
+            del copy
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -11,7 +11,8 @@
 # Prepare on the CPU machine with bench/prepare_gpu_check.sh, then run with carry [".whl", ".device"]:
 #   bash bench/gpu_check.sh            (output in $OUT, or ./gpu_check_out)
 #   DEVICE=cpu TOY=1 bash bench/gpu_check.sh    every stage at the benches' toy sizes on a CPU, to try the call first
-# Each stage has its own time-out, so that a slow stage cannot take the later ones with it.
+# Each stage has its own time-out (50 + 200 + 105 + 65 s = 7 min), so that a slow stage cannot take the later ones
+# with it; inside bench_gpu the static-cache and continuous-batching samplers come last, the first to be cut.
 set -o pipefail
 OUT=${OUT:-gpu_check_out}; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; TOY=${TOY:+--toy}
@@ -29,7 +30,7 @@ stage() { local limit=$1 name=$2; shift 2; local t0=$SECONDS
   echo "## $name" | tee -a $OUT/gpu.txt
   timeout $limit "$@" 2>&1 | clean | tee $OUT/$name.txt | tail -60
   echo "## $name: rc=${PIPESTATUS[0]} in $((SECONDS - t0)) s (limit $limit s)" | tee -a $OUT/gpu.txt; }
-stage 70 tiny_cuda python3 graft_min.py --pair tiny --device $DEVICE --dtype bfloat16 --steps 2 --out /tmp/tiny_cuda
-stage 170 bench_gpu python3 bench/bench_gpu.py $TOY --device $DEVICE --tokenizers .device/tok --cache-dir .device/cache --json $OUT/bench_gpu.json
-stage 120 bench_small python3 bench/bench_small.py $TOY --device $DEVICE --steps 2 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small.json
-stage 60 bench_small_24gib python3 bench/bench_small.py $TOY --device $DEVICE --steps 1 --memory-cap-gib 24 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small_24gib.json
+stage 50 tiny_cuda python3 graft_min.py --pair tiny --device $DEVICE --dtype bfloat16 --steps 2 --out /tmp/tiny_cuda
+stage 200 bench_gpu python3 bench/bench_gpu.py $TOY --device $DEVICE --tokenizers .device/tok --cache-dir .device/cache --json $OUT/bench_gpu.json
+stage 105 bench_small python3 bench/bench_small.py $TOY --device $DEVICE --steps 2 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small.json
+stage 65 bench_small_24gib python3 bench/bench_small.py $TOY --device $DEVICE --steps 1 --memory-cap-gib 24 --tokenizers .device/tok --train-data .device/gsm8k_256.jsonl --json $OUT/bench_small_24gib.json
