@@ -22,13 +22,24 @@ Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there
 reproduction's settings; otherwise nothing runs and the error names each differing setting
 (use another --root, or delete the folder). Jobs run two at a time by default (--jobs), each
 single-threaded (--threads 1, part of each run's settings).
+
+Across sessions (the whole reproduction takes longer than one): as each run ends, what the tables need of it
+is recorded under results/tiny_runs/seed<k>/<variant>/ (record_run: config.json, summary.json, evals.jsonl, and
+the exchange statistics and near-greedy evaluations it would otherwise need its folder for), a few KB a run,
+to be committed. A recorded run is not run again (with the same settings; else the error names them), so a
+later session, without the run folders, continues where one stopped. It reruns only what a missing folder is
+needed for: a seed's GRPO (n) run whose log a stored-peer run reads, and the first seed's GRPO (n) and GRAFT
+runs, whose logs draw the plots; each run is deterministic, so a rerun gives the recorded numbers again.
 """
 
 import argparse
 import json
+import multiprocessing
 import os
+import shutil
 import statistics
 import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import graft_min
 import plots
@@ -72,17 +83,24 @@ def jobs_for(variants, seeds, flags, root):
     return jobs
 
 
-def check_reuse(jobs):
-    """Refuse (SystemExit) if a job's folder holds a run made with other settings: a finished run
+def record_of(records, out):
+    """The record folder of the run folder `out` (.../seed<k>/<variant>): records/seed<k>/<variant>."""
+    return os.path.join(records, os.path.basename(os.path.dirname(out)), os.path.basename(out))
+
+
+def check_reuse(jobs, records=None):
+    """Refuse (SystemExit) if a job's record or folder holds a run made with other settings: a finished run
     would be reported as this reproduction's, an unfinished one resumed into a mix. Every key but
-    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps and the evaluation cadence too."""
+    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps, the evaluation cadence and the stack too."""
     errors = []
     for cfg, method, out in jobs:
-        if not os.path.exists(os.path.join(out, "checkpoint.pt")):
+        recorded = records and os.path.exists(os.path.join(record_of(records, out), "summary.json"))
+        where = record_of(records, out) if recorded else out
+        if not recorded and not os.path.exists(os.path.join(out, "checkpoint.pt")):
             continue  # nothing to reuse: the run starts from scratch
         try:
-            runlog.check_config(runlog.saved_config(out), settings.run_config(cfg, method),
-                                os.path.join(out, "config.json"), ignore=runlog.BOOKKEEPING,
+            runlog.check_config(runlog.saved_config(where), settings.run_config(cfg, method),
+                                os.path.join(where, "config.json"), ignore=runlog.BOOKKEEPING,
                                 fix="reproduce.py reuses a run folder only with the same settings; "
                                     "give another --root, or delete the folder to rerun it")
         except runlog.ConfigMismatch as e:
@@ -157,6 +175,79 @@ def greedy_evals(jobs):
                 for fam, value in res.items():
                     row.setdefault(when, {}).setdefault(fam, {})[cfg.seed] = value
     return out
+
+
+def record_run(job, records):
+    """Record a finished run for the tables (see the module docstring): its config.json and evals.jsonl, GRAFT's
+    exchange_stats (exchange.json), GRPO (n)'s and GRAFT's greedy_evals (greedy.json), then its summary.json,
+    last: a record holding summary.json is whole."""
+    cfg, method, out = job
+    dest = record_of(records, out)
+    os.makedirs(dest, exist_ok=True)
+    variant = os.path.basename(out)
+    if variant == "graft":
+        runlog.write_json(os.path.join(dest, "exchange.json"), exchange_stats(out))
+    if variant in ("grpo", "graft"):
+        runlog.write_json(os.path.join(dest, "greedy.json"), greedy_evals([job])[variant])
+    for name in ("config.json", "evals.jsonl", "summary.json"):
+        shutil.copyfile(os.path.join(out, name), os.path.join(dest, name + ".tmp"))
+        os.replace(os.path.join(dest, name + ".tmp"), os.path.join(dest, name))
+
+
+def recorded_greedy(records, seeds_of):
+    """greedy_evals' structure for GRPO (n) and GRAFT, put together from the records' greedy.json (whose
+    seed keys JSON made strings)."""
+    out = {}
+    for variant in ("grpo", "graft"):
+        for seed in seeds_of[variant]:
+            for m, whens in runlog.read_json(os.path.join(records, f"seed{seed}", variant, "greedy.json")).items():
+                for when, fams in whens.items():
+                    for fam, by_seed in fams.items():
+                        out.setdefault(variant, {}).setdefault(m, {}).setdefault(when, {}).setdefault(fam, {})[seed] = \
+                            by_seed[str(seed)]
+    return out
+
+
+def run_jobs(jobs, workers, records):
+    """Run (cfg, method, out) jobs, `workers` at a time, each in its own process on one thread, in order, and
+    record each as it ends (record_run), so that a session that stops keeps every finished run. A stored-peer
+    run waits for the GRPO (n) run of its seed when that one is among the jobs: it reads its log."""
+    pending, running = list(jobs), {}
+
+    def ready(job):
+        _, method, out = job
+        grpo = os.path.join(os.path.dirname(out), "grpo")
+        return method != "stored" or all(o != grpo for _, _, o in pending + list(running.values()))
+
+    bar = tqdm(total=len(jobs), desc="reproduce: runs", unit="run")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        while pending or running:
+            while len(running) < workers and any(ready(j) for j in pending):
+                job = next(j for j in pending if ready(j))
+                pending.remove(job)
+                cfg, method, out = job
+                cfg = argparse.Namespace(**{**vars(cfg), "bar_position": len(running), "threads": cfg.threads or 1})
+                running[pool.submit(graft_min._run_job, (cfg, method, out))] = job
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = running.pop(future)
+                future.result()  # a run's error ends the reproduction here, with its traceback
+                record_run(job, records)
+                bar.update(1)
+    bar.close()
+
+
+def still_to_run(jobs, records, first_seed):
+    """The jobs without a record, plus the recorded ones whose folder a later step reads and that is gone: the
+    GRPO (n) run of a seed whose stored-peer runs are still to run, and the first seed's GRPO (n) and GRAFT
+    runs (their logs draw the plots). Jobs keep their order."""
+    todo = {id(j) for j in jobs if not os.path.exists(os.path.join(record_of(records, j[2]), "summary.json"))}
+    needed = {os.path.join(os.path.dirname(j[2]), "grpo") for j in jobs if j[1] == "stored" and id(j) in todo}
+    needed |= {j[2] for j in jobs if f"seed{first_seed}" == os.path.basename(os.path.dirname(j[2]))
+               and os.path.basename(j[2]) in ("grpo", "graft")}
+    return [j for j in jobs if id(j) in todo or (j[2] in needed and not os.path.exists(
+        os.path.join(j[2], "summary.json")))]
 
 
 def greedy_lines(greedy, table, fams, seeds):
@@ -278,7 +369,7 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     kept = (f"it keeps {total_stored / total_online:.0%} of the online gain (paper: 84%)" if total_online > 0
             else "the online gain is not positive, so a kept share is not defined (paper: 84%)")
     weak = {m: weak_family(m) for m in "ab"}
-    curves = eval_curves(args.root, seeds_of)
+    curves = eval_curves(args.records, seeds_of)
     steps = sorted({e["step"] for e in curves["grpo"][seeds_of["grpo"][0]]})
     lines += ["#### The weak families along the way: held-out pass@1 at each evaluation, mean over seeds", "",
               "| model | variant | " + " | ".join(f"step {t}" for t in steps) + " |", "|---|---|" + "---|" * len(steps)]
@@ -288,7 +379,8 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
                                   if e["model"] == m and e["step"] == t) for t in steps]
             lines.append(f"| {m.upper()} ({weak[m]}) | {LABELS[v]} | " + " | ".join(f"{x:.3f}" for x in at) + " |")
     lines.append("")
-    xs = {seed: exchange_stats(os.path.join(args.root, f"seed{seed}", "graft")) for seed in seeds_of["graft"]}
+    xs = {seed: runlog.read_json(os.path.join(args.records, f"seed{seed}", "graft", "exchange.json"))
+          for seed in seeds_of["graft"]}
     lines += ["#### What the exchange carried (GRAFT, per receiver and step, mean over seeds)", "",
               "| receiver | groups received | own mixed groups | correct in sent groups | admitted (s > delta) | "
               "correct among admitted | net weighted advantage | peer share of tokens |", "|---|---|---|---|---|---|---|---|"]
@@ -370,14 +462,16 @@ def main(argv=None):
     args.eval_every = args.eval_every or min(settings.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
     flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
     settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
-    online = jobs_for([v for v in VARIANTS if VARIANTS[v][0] != "stored"], args.seeds, flags, args.root)
-    stored = jobs_for(["stored_a", "stored_b"], args.seeds, flags, args.root)
-    check_reuse(online + stored)
-    graft_min.run_parallel(online, args.jobs, "reproduce: online runs")  # GRPO (4n) and (2n), the longest, first
-    graft_min.run_parallel(stored, args.jobs, "reproduce: stored runs")  # they read the GRPO runs' logs
+    args.records = os.path.join(args.results, "tiny_runs")
+    # seed by seed, GRPO (4n) and (2n), the longest, first; a seed's stored runs as soon as its GRPO (n) run is done
+    jobs = [job for seed in args.seeds for job in jobs_for(VARIANTS, [seed], flags, args.root)]
+    check_reuse(jobs, args.records)
+    todo = still_to_run(jobs, args.records, args.seeds[0])
+    print(f"reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")
+    run_jobs(todo, args.jobs, args.records)
     seeds_of = {v: args.seeds for v in VARIANTS}
-    table, wall = collect(args.root, seeds_of)
-    greedy = greedy_evals([job for job in online if os.path.basename(job[2]) in ("grpo", "graft")])
+    table, wall = collect(args.records, seeds_of)
+    greedy = recorded_greedy(args.records, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall, greedy))
     if args.results == "results":  # the default: the README's headline and docs/results.md show these numbers
         here = os.path.dirname(os.path.abspath(__file__))
@@ -387,7 +481,7 @@ def main(argv=None):
                 if update_between_markers(os.path.join(here, path), name, f.read()):
                     print(f"updated {path}")
     bands = os.path.join(args.results, "accuracy_seeds.png")
-    plots.plot_seed_bands({LABELS[v]: runs for v, runs in eval_curves(args.root, seeds_of).items()}, bands,
+    plots.plot_seed_bands({LABELS[v]: runs for v, runs in eval_curves(args.records, seeds_of).items()}, bands,
                           f"Held-out pass@1 (T 0.6) over training, mean +- std over seeds {args.seeds}")
     print(bands)
     s0 = os.path.join(args.root, f"seed{args.seeds[0]}")

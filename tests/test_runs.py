@@ -8,6 +8,7 @@ runs the real CLI on the warm-started tiny pair with the real verifier."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,10 +207,10 @@ def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tm
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     started = []
 
-    def stop(jobs, workers, desc=None):
+    def stop(jobs, workers, records):
         started.append(jobs)
         raise Started
-    monkeypatch.setattr(graft_min, "run_parallel", stop)
+    monkeypatch.setattr(reproduce, "run_jobs", stop)
     root = tmp_path / "reproduce"
     # a finished 100-step GRPO run of seed 0, as `python reproduce.py --seeds 0` leaves it
     (cfg, method, out), = reproduce.jobs_for(["grpo"], [0], ["--steps", "100", "--eval-every", "100",
@@ -334,7 +335,9 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
                 f.write(json.dumps({"step": 0, "model": model, "peer_responses": 4, "admitted": admitted,
                                     "admitted_correct": correct, "weighted_adv_admitted": wadv, "tokens_peer": tok,
                                     "tokens_self": 70}) + "\n")
-    args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2, root=str(root))
+        runlog.write_json(str(folder / "exchange.json"), reproduce.exchange_stats(str(folder)))  # as record_run does
+        os.remove(folder / "trajectories.jsonl"), os.remove(folder / "metrics.jsonl")  # the tables need only records
+    args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2, root=str(root), records=str(root))
     # near-greedy evaluations as greedy_evals returns them: start and end per seed
     greedy = {v: {m: {"start": {f: {0: 0.2, 1: 0.3} for f in ("add", "mul")},
                       "end": {f: {0: end_g, 1: end_g + 0.1} for f in ("add", "mul")}} for m in "ab"}
@@ -360,6 +363,69 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     headline = (tmp_path / "results" / "headline.md").read_text()
     assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.190 | 0.200 | +0.040 |" in headline
     assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.140 | 0.150 | +0.040 |" in headline
+
+
+def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_dirs, tmp_path, monkeypatch):
+    # a real (tiny random) GRAFT run of seed 0, recorded as reproduce.py records each run as it ends
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    monkeypatch.setattr(graft_min, "evaluate", lambda pol, heldout, cfg, step: {"add": 0.5 + step, "mul": 0.25,
+                                                                                "mean": 0.375 + step / 2})
+    flags = ["--steps", "2", "--eval-every", "1", "--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6",
+             "--eval-problems", "2", "--threads", "1"]
+    root, records = tmp_path / "runs", tmp_path / "records"
+    jobs = reproduce.jobs_for(["grpo", "graft", "stored_a"], [0, 1], flags, str(root))
+    (cfg, method, out) = jobs[1]  # seed 0, GRAFT
+    graft_min.run(cfg, method, out)
+    reproduce.record_run(jobs[1], str(records))
+    rec = records / "seed0" / "graft"
+    assert sorted(os.listdir(rec)) == ["config.json", "evals.jsonl", "exchange.json", "greedy.json", "summary.json"]
+    assert sum(f.stat().st_size for f in rec.iterdir()) < 20_000  # small enough to commit
+    for name in ("config.json", "summary.json"):
+        assert runlog.read_json(rec / name) == runlog.read_json(os.path.join(out, name))
+    assert runlog.read_json(rec / "exchange.json") == json.loads(json.dumps(reproduce.exchange_stats(out)))
+    greedy = runlog.read_json(rec / "greedy.json")  # the warm-start and the last checkpoint, per model
+    assert greedy["a"]["start"]["add"] == {"0": 0.5} and greedy["a"]["end"]["add"] == {"0": 2.5}
+    assert reproduce.recorded_greedy(str(records), {"grpo": [], "graft": [0]})["graft"]["b"]["end"]["mul"] == {0: 0.25}
+    # the folder is gone (a new session): the record stands for the run, which is not run again, except that
+    # seed 0's GRPO (n) and GRAFT folders draw the plots and GRPO's log feeds the stored run
+    shutil.rmtree(root)
+    reproduce.check_reuse(jobs, str(records))  # same settings: no error
+    todo = reproduce.still_to_run(jobs, str(records), first_seed=0)
+    assert [os.path.relpath(o, root) for _, _, o in todo] == [
+        "seed0/grpo", "seed0/graft", "seed0/stored_a", "seed1/grpo", "seed1/graft", "seed1/stored_a"]
+    todo = reproduce.still_to_run(jobs, str(records), first_seed=1)  # seed 0: only GRPO, for the stored run
+    assert [os.path.relpath(o, root) for _, _, o in todo][:2] == ["seed0/grpo", "seed0/stored_a"]
+    # a record made with other settings is refused by name, as a folder is
+    other = reproduce.jobs_for(["graft"], [0], flags[:1] + ["3"] + flags[2:], str(root))
+    with pytest.raises(SystemExit, match="steps: saved 2, now 3"):
+        reproduce.check_reuse(other, str(records))
+
+
+def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(monkeypatch, tmp_path):
+    order, recorded = [], []
+
+    class Pool:  # runs each job at once, in this process, in submission order
+        def __init__(self, *a, **kw):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def submit(self, fn, job):
+            from concurrent.futures import Future
+            order.append(os.path.relpath(job[2], tmp_path))
+            f = Future()
+            f.set_result(None)
+            return f
+    monkeypatch.setattr(reproduce, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(reproduce, "record_run", lambda job, records: recorded.append(os.path.relpath(job[2], tmp_path)))
+    jobs = reproduce.jobs_for(["stored_a", "grpo_4n", "grpo"], [0], ["--steps", "1"], str(tmp_path))
+    reproduce.run_jobs(jobs, 1, str(tmp_path / "records"))
+    assert order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]  # the stored run waited for its peer log
+    assert recorded == order
 
 
 def test_reproduce_refuses_to_mix_runs_of_different_stacks_and_names_the_folders(tmp_path):
