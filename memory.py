@@ -97,7 +97,8 @@ def free_bytes(device):
         free, total = torch.cuda.mem_get_info(device)
         allocated = torch.cuda.memory_allocated(device)
         free += torch.cuda.memory_reserved(device) - allocated
-        cap = torch.cuda.get_per_process_memory_fraction(device) * total
+        fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda d: 1.0)  # newer torch only
+        cap = fraction(device) * total
         return int(min(free, cap - allocated))
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
