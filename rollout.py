@@ -246,9 +246,9 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
             input_ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in chunk], device=device)
             attention = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in chunk], device=device)
             out = gen.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
-                                 temperature=temperature, top_p=top_p, top_k=0,
-                                 max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id,
-                                 streamer=TokenBar(bar))
+                               temperature=temperature, top_p=top_p, top_k=0,
+                               max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad_id,
+                               streamer=TokenBar(bar))
             bar.update(max_new_tokens - (out.shape[1] - P))  # the steps not taken: every response had stopped
             for row in out[:, P:].tolist():  # cut at the first stop id: what follows is padding
                 length, done = response_length(row, stop)
