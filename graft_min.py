@@ -431,6 +431,7 @@ def run(cfg, method, out):
         runlog.check_world_size(out, saved, config)
         ckpt = runlog.load_checkpoint(ckpt_path)
         runlog.report_changes(out, runlog.check_resume(out, saved, config, ckpt["next_step"]))
+        runlog.report_machine(out, saved, config)
     if method == "stored":
         runlog.check_peer_log(config)
         cfg.peer = config["peer"]

@@ -30,7 +30,7 @@ from wheels import share_modes
 log = logging.getLogger("graft_min")
 
 # config.json keys that say where things go, not what is computed: never compared
-BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir")
+BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir", "machine")  # machine: see report_machine
 # keys that may change when a run is resumed: the number of steps (to extend the run, never to
 # end it before its checkpoint), how often it evaluates and checkpoints (evaluations are seeded
 # by their step, training does not see them), and the memory / placement settings (device,
@@ -174,6 +174,14 @@ def report_changes(out, changes):
                 json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
 
 
+def report_machine(out, saved, config):
+    """A run resumed on another CPU model goes on with a warning: the CPU is recorded, never compared (runs made
+    before it was recorded, and reproduce.py's records of them, stay reusable), yet it can move the numbers."""
+    if saved.get("machine") not in (None, config.get("machine")):
+        log.warning("%s: resumed on another CPU (%s -> %s); the run is valid, but no longer bit-exact with one never "
+                    "stopped", out, saved["machine"], config.get("machine"))
+
+
 def check_resume(out, saved, config, next_step):
     """May a run with settings `config` resume the checkpoint of folder `out` at `next_step`?
     `saved`: out/config.json.
@@ -311,8 +319,9 @@ def summarize(out, wall):
     metrics = read_jsonl(os.path.join(out, "metrics.jsonl"))
     evals = read_jsonl(os.path.join(out, "evals.jsonl"))
     config = os.path.join(out, "config.json")
-    stack = read_json(config).get("stack") if os.path.exists(config) else None  # the versions that made the run
-    summary = {"wall_seconds": round(wall, 1), "stack": stack, "models": {}}
+    saved = read_json(config) if os.path.exists(config) else {}
+    summary = {"wall_seconds": round(wall, 1), "stack": saved.get("stack"), "machine": saved.get("machine"),
+               "models": {}}  # the versions and the CPU that made the run
     for name in sorted({m["model"] for m in metrics}):
         ms = [m for m in metrics if m["model"] == name]
         ev = [e for e in evals if e["model"] == name]

@@ -276,13 +276,24 @@ def software_stack(device):
     return stack
 
 
+def machine():
+    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere): two CPUs of one capability can still
+    warm-start other tiny models (docs/runs.md, "Across machines"), so a run records which one it had."""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def run_config(cfg, method):
     """The run's settings as config.json records them: every flag, the method, the model paths,
     the stored-mode peer, the thread count (the one set now, unless --threads gives it), the number
-    of processes (torchrun's world size, 1 without it) and the software stack (software_stack)."""
+    of processes (torchrun's world size, 1 without it), the software stack (software_stack) and the CPU (machine)."""
     config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
               "threads": cfg.threads or torch.get_num_threads(), "world_size": ddp.world_size(),
-              "stack": software_stack(cfg.device)}
+              "stack": software_stack(cfg.device), "machine": machine()}
     if method == "stored":
         config["peer"] = "b" if cfg.train == "a" else "a"
     return json.loads(json.dumps(config))

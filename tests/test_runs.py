@@ -122,9 +122,11 @@ def test_a_run_records_its_software_stack_and_resume_on_another_warns_in_one_lin
     assert stack["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and stack["python"].count(".") == 2
     assert config["threads"] >= 1
     assert runlog.read_json(out / "summary.json")["stack"] == stack  # and so the summary
+    assert config["machine"] == settings.machine() and config["machine"]  # the CPU's model name
+    assert runlog.read_json(out / "summary.json")["machine"] == config["machine"]
     # the folder made with another transformers on another CPU: resumed with a warning, not refused
-    runlog.write_json(str(out / "config.json"),
-                      {**config, "stack": {**stack, "transformers": "5.17.0", "cpu_capability": "AVX2"}})
+    runlog.write_json(str(out / "config.json"), {**config, "machine": "Some Other CPU",
+                                                 "stack": {**stack, "transformers": "5.17.0", "cpu_capability": "AVX2"}})
     with caplog.at_level("INFO", logger="graft_min"):
         run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume")
     lines = [r.getMessage() for r in caplog.records if "software stack" in r.getMessage()]
@@ -133,6 +135,8 @@ def test_a_run_records_its_software_stack_and_resume_on_another_warns_in_one_lin
     assert f"transformers 5.17.0 -> {transformers.__version__}" in lines[0]
     assert "torch" not in lines[0].replace("transformers", "")  # only what differs is named
     assert [r.levelname for r in caplog.records if "software stack" in r.getMessage()] == ["WARNING"]
+    cpu, = [r.getMessage() for r in caplog.records if "another CPU" in r.getMessage()]
+    assert f"(Some Other CPU -> {settings.machine()})" in cpu
     assert torch.load(out / "checkpoint.pt", weights_only=False)["next_step"] == 2
 
 
