@@ -7,7 +7,7 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # seeds 0-4, ~2 h on 2 cores
+    python reproduce.py                                          # seeds 0-4: ~3 h on 2 cores, resumable
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
