@@ -2,6 +2,7 @@
 
     python bench/bench_small.py --device cuda [--steps 2] [--tokenizers DIR] [--memory-cap-gib 24] [graft_min flags]
     python bench/bench_small.py --toy [--steps 1]          # 2 narrow layers, 4 prompts x 4, 8 tokens: CPUs, tests
+    python bench/bench_small.py --auto-sizes 24,80,141     # the preset's auto batch sizes on such cards (no device)
 
 Builds Qwen2.5-0.5B-Instruct (Qwen2, 494M parameters) and SmolLM2-360M-Instruct (Llama, 362M) from their published
 configs (QWEN25_05B, SMOLLM2_360M below) with random weights, and gives them the real tokenizers: those of the
@@ -88,6 +89,22 @@ def peak_mib(device):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def auto_sizes(cards_gib, cfg):
+    """The `auto` --gen-batch / --micro-batch (memory.auto_batch_sizes) of the small pair at its published sizes on
+    cards of these many GiB, with no weights built (meta device): free = the card less both models' fp32 masters and
+    bf16 sampling copies (6 bytes a parameter) and half a GiB of CUDA context. Printed, one line a card."""
+    with torch.device("meta"):
+        models = [AutoModelForCausalLM.from_config(AutoConfig.for_model(**c)) for c in (QWEN25_05B, SMOLLM2_360M)]
+    n = sum(p.numel() for m in models for p in m.parameters())
+    print(f"auto sizes of --pair small ({cfg.prompts_per_step} prompts x {cfg.n}, <= {cfg.max_new_tokens} new tokens, "
+          f"gradient checkpointing {cfg.grad_checkpointing}), estimated by memory.auto_batch_sizes:")
+    for gib in cards_gib:
+        gen, micro, d = memory.auto_batch_sizes(models, [True, True], cfg, int(gib * 2**30 - 6 * n - 2**29))
+        print(f"  {gib:g} GiB card: --gen-batch {gen}, --micro-batch {micro} ({d['budget_gib']:.1f} GiB for batches; "
+              f"a sequence ~{d['sampling_mib_per_sequence']:.0f} MiB to sample, ~{d['update_mib_per_sequence']:.0f} MiB "
+              f"to update)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=2, help="GRAFT steps to time (the first includes warm-up)")
@@ -97,9 +114,13 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="also write the per-step figures to this JSON file")
     p.add_argument("--memory-cap-gib", type=float, default=None,
                    help="CUDA: cap this process's memory (a smaller card on a larger one); auto sizes fit the cap")
+    p.add_argument("--auto-sizes", default=None, metavar="GIB,GIB",
+                   help="only print the auto batch sizes on cards of these sizes (no model built, no device needed)")
     args, rest = p.parse_known_args(argv)
     cfg = settings.parse_args(["--pair", "small", "--method", "graft", "--data", "gsm8k",
                                *(TOY_FLAGS if args.toy else []), *rest])
+    if args.auto_sizes:
+        return auto_sizes([float(x) for x in args.auto_sizes.split(",")], cfg)
     if args.memory_cap_gib and cfg.device.startswith("cuda"):
         total = torch.cuda.get_device_properties(cfg.device).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2**30 / total), cfg.device)

@@ -65,3 +65,13 @@ def test_gpu_bench_runs_every_section_at_its_toy_size(tmp_path, capsys):
         assert micro[0] == 2 and micro[1] >= 1 and all(r["tokens_per_s"] > 0 for r in result["update"][label])
     for m in "ab":  # the warm-started tiny pair: trained weights
         assert result["gap_tiny"][m]["tokens"] > 100 and result["gap_tiny"][m]["mean_abs"] < 0.05
+
+
+def test_the_committed_auto_sizes_are_what_the_bench_prints(capsys):
+    # docs/real_models.md quotes results/auto_sizes_small.txt: the small preset's auto sizes on 24-141 GiB cards
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "results", "auto_sizes_small.txt")) as f:
+        committed = [line for line in f.read().splitlines() if not line.startswith("#")]
+    bench_small.main(["--device", "cpu", "--auto-sizes", "24,40,80,141"])
+    assert capsys.readouterr().out.splitlines() == committed
+    assert "  24 GiB card: --gen-batch 66, --micro-batch 9 " in "\n".join(committed)
