@@ -101,8 +101,8 @@ def check_reuse(jobs, records=None):
         try:
             runlog.check_config(runlog.saved_config(where), settings.run_config(cfg, method),
                                 os.path.join(where, "config.json"), ignore=runlog.BOOKKEEPING,
-                                fix="reproduce.py reuses a run folder only with the same settings; "
-                                    "give another --root, or delete the folder to rerun it")
+                                fix="reproduce.py reuses a run folder or record only with the same settings; "
+                                    "give another --root (or --results), or delete it to rerun the run")
         except runlog.ConfigMismatch as e:
             errors.append(str(e))
     if errors:
@@ -242,12 +242,12 @@ def still_to_run(jobs, records, first_seed):
     """The jobs without a record, plus the recorded ones whose folder a later step reads and that is gone: the
     GRPO (n) run of a seed whose stored-peer runs are still to run, and the first seed's GRPO (n) and GRAFT
     runs (their logs draw the plots). Jobs keep their order."""
-    todo = {id(j) for j in jobs if not os.path.exists(os.path.join(record_of(records, j[2]), "summary.json"))}
-    needed = {os.path.join(os.path.dirname(j[2]), "grpo") for j in jobs if j[1] == "stored" and id(j) in todo}
-    needed |= {j[2] for j in jobs if f"seed{first_seed}" == os.path.basename(os.path.dirname(j[2]))
-               and os.path.basename(j[2]) in ("grpo", "graft")}
-    return [j for j in jobs if id(j) in todo or (j[2] in needed and not os.path.exists(
-        os.path.join(j[2], "summary.json")))]
+    todo = {out for _, _, out in jobs if not os.path.exists(os.path.join(record_of(records, out), "summary.json"))}
+    needed = {os.path.join(os.path.dirname(out), "grpo") for _, method, out in jobs if method == "stored" and out in todo}
+    needed |= {os.path.join(os.path.dirname(out), v) for _, _, out in jobs for v in ("grpo", "graft")
+               if os.path.basename(os.path.dirname(out)) == f"seed{first_seed}"}
+    return [job for job in jobs if job[2] in todo or (job[2] in needed and not os.path.exists(
+        os.path.join(job[2], "summary.json")))]
 
 
 def greedy_lines(greedy, table, fams, seeds):
