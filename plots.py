@@ -9,6 +9,9 @@ Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
     accuracy.png          held-out pass@1 over steps, per model and family, one line per run
     training.png          training reward (T = 1) per model and family over steps, and the entropy of
                           the sampled tokens: is RL learning?
+    learning.png          one model with no peer (--pair coder): per family, held-out pass@1, finished share and
+                          pass@1 among finished responses over steps, and the training reward (in place of
+                          complementarity.png and success_heatmap.png, which need a peer)
     plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (reproduce.py)
     plot_regimes          the regime map: GRAFT's edge against the receiver's start, and the gate (regimes.py)
     compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
@@ -95,7 +98,7 @@ def plot_success_grid(grid, path, title, unit):
 def plot_accuracy(runs, path):
     """runs: {label: evals records}."""
     models = sorted({e["model"] for evals in runs.values() for e in evals})
-    families = sorted({k for evals in runs.values() for e in evals for k in e if k not in ("step", "model", "mean")})
+    families = sorted({k for evals in runs.values() for e in evals for k in runlog.eval_families(e)})
     fig, axes = plt.subplots(len(models), len(families), figsize=(5 * len(families), 3.6 * len(models)), squeeze=False)
     for i, model in enumerate(models):
         for j, fam in enumerate(families):
@@ -119,7 +122,7 @@ def plot_seed_bands(runs, path, title="Held-out accuracy over training"):
 
     records = [e for seeds in runs.values() for evals in seeds.values() for e in evals]
     models = sorted({e["model"] for e in records})
-    families = sorted({k for e in records for k in e if k not in ("step", "model", "mean")})
+    families = sorted({k for e in records for k in runlog.eval_families(e)})
     fig, axes = plt.subplots(len(models), len(families), figsize=(5 * len(families), 3.6 * len(models)), squeeze=False)
     for i, model in enumerate(models):
         for j, fam in enumerate(families):
@@ -166,6 +169,32 @@ def plot_training(runs, path):
             ax.set_xlabel("training step")
             ax.legend(fontsize=8)
     fig.suptitle("Training curves (10-step means)")
+    _save(fig, path)
+
+
+def plot_learning(evals, metrics, path, title=""):
+    """One model's run (e.g. --pair coder): per family, held-out pass@1, the share of samples that finished within
+    the token budget and pass@1 among those (graft_min.evaluate) over steps; last panel, the training reward and
+    finished share of the sampled responses (T = 1). Did it learn the task, or to finish?"""
+    rows = [e for e in evals if "finished" in e]
+    families = runlog.eval_families(rows[0]) if rows else []
+    fig, axes = plt.subplots(1, len(families) + 1, figsize=(4.2 * (len(families) + 1), 3.6), squeeze=False)
+    steps = [e["step"] for e in rows]
+    for ax, fam in zip(axes[0], families):
+        ax.plot(steps, [e[fam] for e in rows], marker="o", ms=3, label="pass@1")
+        ax.plot(steps, [e["finished"][fam] for e in rows], "--", marker="s", ms=3, label="finished")
+        among = [(e["step"], e["pass_finished"][fam]) for e in rows if e["pass_finished"][fam] is not None]
+        ax.plot([x for x, _ in among], [y for _, y in among], ":", marker="^", ms=3, label="pass@1 among finished")
+        ax.set_title(f"held-out {fam}")
+    ms = [m for m in metrics if "finished_share" in m]
+    axes[0][-1].plot([m["step"] for m in ms], _smooth([m["reward_mean"] for m in ms]), label="reward (5-step mean)")
+    axes[0][-1].plot([m["step"] for m in ms], _smooth([m["finished_share"] for m in ms]), "--", label="finished")
+    axes[0][-1].set_title("training samples (T = 1)")
+    for ax in axes[0]:
+        ax.set_xlabel("training step")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Held-out pass@1, finished share and pass@1 among finished {title}")
     _save(fig, path)
 
 
@@ -319,6 +348,11 @@ def plot_runs(folders, out=None):
         metrics = runlog.read_jsonl(os.path.join(f, "metrics.jsonl"))
         config = runlog.read_json(os.path.join(f, "config.json"))
         prefix = "" if len(runs) == 1 else label + "_"
+        if not any("peer_mixed_on_all_fail" in m for m in metrics):  # one model, no peer (pairs.SOLO)
+            plot_learning(runlog.read_jsonl(os.path.join(f, "evals.jsonl")), metrics,
+                          os.path.join(out, prefix + "learning.png"), f"[{label}]")
+            written.append(prefix + "learning.png")
+            continue
         files = ["complementarity.png", "success_heatmap.png"]
         plot_complementarity(metrics, os.path.join(out, prefix + files[0]), f"[{label}]")
         plot_heatmap(runlog.read_jsonl(os.path.join(f, "trajectories.jsonl")), config["n"],

@@ -18,7 +18,7 @@ run folders and reuse rules). Writes results/regimes.png (deltas against what th
 get right on its weak sub-skill at the start: its T = 1 training reward there in the first 20% of GRPO (n)'s
 steps, since the held-out pass@1 at T 0.6 is 0.000 at several points; at the first evaluation and at the
 end, seed spread as error bars; and what the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a
-later run reuses them without the run folders), and the table between the `<!-- regimes.py: map -->` markers of
+later run reuses them without the run folders, if made with the same flags, seeds and software stack), and the table between the `<!-- regimes.py: map -->` markers of
 docs/results.md.
 
     python regimes.py                  # the whole map (resumable: finished runs are reused, others resumed)
@@ -135,8 +135,12 @@ def main(argv=None):
         name, root = point_name(h, v), os.path.join(args.root, point_name(h, v))
         flags = point_flags(h, v, args.steps, args.eval_every, shlex.split(args.run_flags))
         # a finished point's numbers are kept in results/regimes/<point>.json (committed): a later session
-        # reuses them without the run folders, as long as they were made with the same flags and seeds
-        saved_path, key = os.path.join(args.results, "regimes", f"{name}.json"), {"flags": flags, "seeds": args.seeds}
+        # reuses them without the run folders, as long as they were made with the same flags, seeds and software
+        # stack (settings.software_stack: the versions and the CPU capability; a point saved before there was one
+        # is run again)
+        device = settings.parse_args(["--pair", "tiny", *flags]).device
+        saved_path = os.path.join(args.results, "regimes", f"{name}.json")
+        key = {"flags": flags, "seeds": args.seeds, "stack": settings.software_stack(device)}
         if os.path.exists(saved_path) and runlog.read_json(saved_path)["key"] == key:
             saved = runlog.read_json(saved_path)
             results[name], saved_wall[name] = saved["result"], saved["wall_seconds"]

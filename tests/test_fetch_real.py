@@ -348,3 +348,41 @@ def test_the_cpu_pair_names_a_benchmark_that_no_wheel_ships(data_dir, capsys):
     cfg = settings.parse_args(["--pair", "cpu", "--data", "math", "--eval-sets", "math500,aime25"])
     train, heldout = settings.load_data(cfg)
     assert len(train) == 7498 and {k: len(v) for k, v in heldout.items()} == {"math500": 16, "aime25": 16}
+
+
+# ---------------------------------------------------------------- --pair coder: the worded arithmetic (issue 39)
+
+def test_the_worded_arithmetic_through_qwens_tokenizer_and_the_verifier(qwen_dir):
+    """--pair coder's data: the tiny world's four sub-families as sentences with the paper's suffix, the same split
+    (train and held-out disjoint), encoded with Qwen's chat template; the verifier scores a right and a wrong worked
+    answer of a real prompt."""
+    from transformers import AutoTokenizer
+
+    import settings
+    import tiny_world
+    from verifier import reward
+    cfg = settings.parse_args(["--pair", "coder"])
+    assert settings.model_paths(cfg) == {"a": qwen_dir}
+    train, heldout = settings.load_data(cfg)
+    world = tiny_world.make_world(cfg.world_seed, split_carry=True)
+    assert sorted(heldout) == ["add", "addc", "mul", "mulc"] and all(len(v) == cfg.eval_problems for v in heldout.values())
+    assert [p.id for p in train] == [p.id for p in world.train_problems()]
+    assert not {p.id for p in train} & {p.id for ps in heldout.values() for p in ps}
+    tok = AutoTokenizer.from_pretrained(qwen_dir)
+    for fam, ps in heldout.items():
+        p = ps[0]
+        a, b = (int(x) for x in p.id.split("/")[1].replace("*", "+").split("+"))
+        op = "×" if fam.startswith("mul") else "+"
+        assert p.answer == str(a * b if op == "×" else a + b) and p.family == fam and not p.solution
+        assert (a % 10 + b % 10 >= 10 if op == "+" else (a % 10) * b >= 10) == fam.endswith("c")  # the units carry
+        assert tok.decode(tasks.encode_prompt(tok, p)) == (
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            f"<|im_start|>user\nWhat is {a} {op} {b}? Let's think step by step and output the final answer within "
+            "\\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
+    p = heldout["addc"][0]
+    a, b = p.id.split("/")[1].split("+")
+    right = f"To add {a} and {b}, add the units, carrying 1, then the tens and hundreds: {p.answer}.\n\n\\[\n\\boxed{{{p.answer}}}\n\\]"
+    wrong = right.replace(p.answer, str(int(p.answer) - 10))  # the dropped carry, the tiny world's habit
+    assert reward(right, p.answer) == 1.0 and reward(wrong, p.answer) == 0.0
+    assert reward(f"The answer is {p.answer}.", p.answer) == 0.0  # the paper's rule: no box, no reward
+    assert reward(f"The answer is {p.answer}.", p.answer, require_box=False) == 1.0  # --lenient-answers

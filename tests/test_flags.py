@@ -90,3 +90,24 @@ def test_a_bad_data_file_is_one_line_from_the_main_jobs_workers_as_from_one_proc
         lines[method] = proc.stderr.strip().splitlines()[-1]
     assert lines["compare"] == lines["graft"] == f"graft_min: {bad}:2: not JSON (Expecting property name enclosed " \
                                                  f"in double quotes); expected JSON Lines, one object per line"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--pair", "coder", "--method", "graft"], "--method graft: --pair coder is one model with no peer; only --method grpo"),
+    (["--pair", "coder", "--method", "compare"], "--method compare: --pair coder is one model with no peer"),
+    (["--pair", "coder", "--model-b", "some/folder"], "--model-b some/folder: --pair coder trains one model (A)"),
+    (["--pair", "coder", "--train-data", "x.jsonl"], "--data arith: --train-data, --eval-data and --eval-sets need"),
+    (["--data", "arith", "--eval-sets", "gsm8k"], "--data arith: --train-data, --eval-data and --eval-sets need"),
+])
+def test_the_one_model_preset_refuses_what_it_cannot_run(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        settings.parse_args(flags)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_coder_preset_passes_the_parse_time_checks():
+    cfg = settings.parse_args(["--pair", "coder"])
+    preset = settings.PRESETS["coder"]
+    assert (cfg.method, cfg.data, cfg.model_b) == ("grpo", "arith", None)
+    assert all(getattr(cfg, k) == v for k, v in preset.items())
+    assert cfg.prompts_per_step % cfg.minibatches == 0  # each minibatch holds whole groups

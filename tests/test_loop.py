@@ -319,3 +319,59 @@ def test_train_step_logs_entropy_and_the_gradient_split_on_request(policies):
         assert m["grad_norm_pos"] >= 0 and m["grad_norm_neg"] >= 0
     plain, _ = graft_min.train_step(1, policies, batch(1), cfg_for("--method", "grpo"))
     assert "grad_norm_pos" not in plain["a"]
+
+
+# ---------------------------------------------------------------- one model, no peer (pairs.SOLO, --pair coder)
+
+def test_a_one_model_pair_trains_a_alone_exactly_as_a_trains_beside_its_peer_in_grpo(model_dirs, tmp_path):
+    """--pair coder on the tiny models' A (--data tiny): the same flags as a two-model GRPO run give A the same
+    metrics, evaluations and weights (a model samples the same groups with or without a peer), with no Fig. 1
+    statistics (there is no peer), the finished share logged, and learning.png in place of the peer plots."""
+    same = ["--n", "4", "--minibatches", "2", "--gen-batch", "24", "--micro-batch", "64", "--dtype", "float32",
+            "--no-grad-checkpointing", "--lr", "1e-3", "--eval-problems", "2", "--eval-samples", "2",
+            "--eval-every", "1", "--ckpt-every", "1", "--steps", "2", "--data", "tiny", "--no-lenient-answers",
+            "--max-new-tokens", "6"]
+    pair = settings.parse_args(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(tmp_path / "pair"),
+                                "--prompts-per-step", "6", *same])
+    solo = settings.parse_args(["--pair", "coder", "--model-a", model_dirs[0], "--out", str(tmp_path / "solo"),
+                                "--prompts-per-step", "6", *same])
+    assert vars(solo) | {"pair": "tiny", "method": "compare", "out": pair.out, "model_b": pair.model_b} == vars(pair)
+    graft_min.run(pair, "grpo", pair.out)
+    summary = graft_min.run(solo, "grpo", solo.out)
+    assert list(summary["models"]) == ["a"]
+    assert list(summary["models"]["a"]["end"]) == ["add", "addc", "mul", "mulc", "mean"]  # pass@1, not the shares
+    strip = ("seconds", "peer_any_success_on_all_fail", "peer_mixed_on_all_fail", "candidates_in")
+    a_of = lambda out: [{k: v for k, v in m.items() if k not in strip}  # noqa: E731
+                        for m in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if m["model"] == "a"]
+    assert a_of(solo.out) == a_of(pair.out) and len(a_of(solo.out)) == 2
+    solo_metrics = [json.loads(line) for line in open(os.path.join(solo.out, "metrics.jsonl"))]
+    assert all(not set(strip[1:]) & set(m) and 0 <= m["finished_share"] <= 1 for m in solo_metrics)
+    evals = lambda out: [e for e in map(json.loads, open(os.path.join(out, "evals.jsonl"))) if e["model"] == "a"]  # noqa: E731
+    assert evals(solo.out) == evals(pair.out) and all(set(e["finished"]) == set(e) - {"step", "model", "mean",
+                                                      "finished", "pass_finished"} for e in evals(solo.out))
+    for k, v in _weights(solo.out, "a").items():
+        assert torch.equal(v, _weights(pair.out, "a")[k]), k
+    import plots
+    written = [os.path.basename(p) for p in plots.plot_runs([solo.out])]
+    assert written == ["accuracy.png", "training.png", "learning.png"]
+    assert all(os.path.getsize(os.path.join(solo.out, w)) > 10_000 for w in written)
+
+
+def test_evaluate_counts_finished_samples_and_pass_at_1_among_them(policies, monkeypatch):
+    """graft_min.evaluate with the real verifier on hand-made samples: pass@1, the finished share and pass@1 among
+    the finished samples, per family (None where none finished)."""
+    import verifier
+    monkeypatch.setattr(graft_min, "reward", verifier.reward)
+    made = {"add": (["\\boxed{2}", "\\boxed{3}", "\\boxed{4}", "so 4"], [True, True, False, False]),
+            "mul": (["\\boxed{6}", "it is \\boxed{6}"], [False, False])}
+    heldout = {"add": [tasks.Problem("add/1+1", "add", "Q:1+1=", "2"), tasks.Problem("add/2+2", "add", "Q:2+2=", "4")],
+               "mul": [tasks.Problem("mul/2*3", "mul", "Q:2*3=", "6")]}
+
+    def sample_groups(model, tok, prompt_ids, n, *args, desc=None, **kw):
+        texts, finished = made[desc.split()[-1]]
+        assert n == 2 and len(texts) == len(prompt_ids) * n
+        return rollout.Rollout(prompt_ids, [[1]] * len(texts), texts, finished, [], n)
+    monkeypatch.setattr(rollout, "sample_groups", sample_groups)
+    result = graft_min.evaluate(policies["a"], heldout, cfg_for("--eval-samples", "2"), 0)
+    assert result == {"add": 0.5, "mul": 1.0, "mean": 0.75, "finished": {"add": 0.5, "mul": 0.0},
+                      "pass_finished": {"add": 0.5, "mul": None}}

@@ -32,6 +32,7 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
     regimes.main(argv)
     saved = json.loads((res / "regimes" / "habit0.9_terse.json").read_text())
     assert saved["key"]["seeds"] == [0, 1] and "--world-split" in saved["key"]["flags"]
+    assert saved["key"]["stack"] == settings.software_stack("cpu")  # the versions and CPU capability that made it
     point = saved["result"]
     assert (point["a"]["weak"], point["b"]["weak"]) == ("addc", "mulc")  # pair_specs' weak sub-skills
     run = lambda s, v: str(root / "habit0.9_terse" / f"seed{s}" / v)
@@ -52,3 +53,8 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
     # other settings: the saved point does not stand for them
     with pytest.raises(SystemExit, match="no grid point has finished yet"):
         regimes.main(argv[:5] + ["0", "2"] + argv[7:] + ["--report"])  # --seeds 0 2
+    # another stack (here another transformers): the saved point does not stand for this one either
+    saved["key"]["stack"]["transformers"] = "4.0.0"
+    (res / "regimes" / "habit0.9_terse.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match="no grid point has finished yet"):
+        regimes.main(argv + ["--report"])
