@@ -11,9 +11,10 @@ Algorithm 1 of the paper, one step:
      dropped                                                                             [graft_groups]
   5. the receiver's buffer is split into minibatches, peer-containing ones last; one epoch of
      AdamW on the clipped token-mean objective (Eqs. 9-10, loss.policy_loss)             [update]
-Methods: graft (both directions), grpo (same loop, no exchange: the budget-matched baseline),
-stored (one model learns from a GRPO run's logged peer groups; balancing off). Ablations of
-the paper's Table 2: --no-gate, --delta, --no-balance, --peer-order, --pooled, --success-only.
+Methods: graft (both directions), grpo (same loop, no exchange: the budget-matched baseline; the only
+method of a one-model preset, pairs.SOLO: --pair coder), stored (one model learns from a GRPO run's logged
+peer groups; balancing off). Ablations of the paper's Table 2: --no-gate, --delta, --no-balance,
+--peer-order, --pooled, --success-only.
 
 `python graft_min.py --pair tiny` (method "compare") runs GRPO and GRAFT from the same
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
