@@ -204,6 +204,9 @@ def parse_args(argv=None):
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
     if cfg.data in ("tiny", "arith") and (cfg.train_data or cfg.eval_data or cfg.eval_sets):
         p.error(f"--data {cfg.data}: --train-data, --eval-data and --eval-sets need --data math or gsm8k")
+    if cfg.data == "arith" and cfg.pair == "tiny" and not (cfg.model_a and cfg.model_b):
+        p.error("--data arith: the tiny pair's tokenizers know only the tiny world's characters (digits, +*=,:Q and "
+                "\\boxed{}), not sentences; give real models (--pair coder, or --model-a and --model-b)")
     if cfg.pair in pairs.SOLO and cfg.method != "grpo":
         p.error(f"--method {cfg.method}: --pair {cfg.pair} is one model with no peer; only --method grpo runs it")
     if cfg.pair in pairs.SOLO and cfg.model_b:

@@ -98,6 +98,7 @@ def test_a_bad_data_file_is_one_line_from_the_main_jobs_workers_as_from_one_proc
     (["--pair", "coder", "--model-b", "some/folder"], "--model-b some/folder: --pair coder trains one model (A)"),
     (["--pair", "coder", "--train-data", "x.jsonl"], "--data arith: --train-data, --eval-data and --eval-sets need"),
     (["--data", "arith", "--eval-sets", "gsm8k"], "--data arith: --train-data, --eval-data and --eval-sets need"),
+    (["--data", "arith"], "--data arith: the tiny pair's tokenizers know only the tiny world's characters"),
 ])
 def test_the_one_model_preset_refuses_what_it_cannot_run(flags, message, capsys):
     with pytest.raises(SystemExit) as e:
