@@ -330,7 +330,7 @@ def test_a_one_model_pair_trains_a_alone_exactly_as_a_trains_beside_its_peer_in_
     same = ["--n", "4", "--minibatches", "2", "--gen-batch", "24", "--micro-batch", "64", "--dtype", "float32",
             "--no-grad-checkpointing", "--lr", "1e-3", "--eval-problems", "2", "--eval-samples", "2",
             "--eval-every", "1", "--ckpt-every", "1", "--steps", "2", "--data", "tiny", "--no-lenient-answers",
-            "--max-new-tokens", "6"]
+            "--max-new-tokens", "6", "--eval-top-p", "0.95"]
     pair = settings.parse_args(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(tmp_path / "pair"),
                                 "--prompts-per-step", "6", *same])
     solo = settings.parse_args(["--pair", "coder", "--model-a", model_dirs[0], "--out", str(tmp_path / "solo"),
