@@ -217,6 +217,18 @@ def training_table(metrics, every=10):
     return lines
 
 
+def eval_table(evals):
+    """Lines of a markdown table: per evaluation and model, held-out pass@1, the finished share and pass@1 among
+    finished samples (graft_min.evaluate), each as `a / b / ...` over the families; [] for runs that predate them."""
+    rows = [e for e in evals if "finished" in e]
+    if not rows:
+        return []
+    families = runlog.eval_families(rows[0])
+    cell = lambda d: " / ".join(f"{d[f]:.3f}" if d.get(f) is not None else "-" for f in families)  # noqa: E731
+    return [f"| step | model | pass@1 ({' / '.join(families)}) | finished | pass@1 among finished |", "|---|---|---|---|---|"] + [
+        f"| {e['step']} | {e['model']} | {cell(e)} | {cell(e['finished'])} | {cell(e['pass_finished'])} |" for e in rows]
+
+
 def plot_compatibility(metrics, delta, path, title=""):
     fig, ax = plt.subplots(figsize=(7, 4))
     for model, color in (("a", "tab:blue"), ("b", "tab:orange")):
@@ -370,7 +382,8 @@ def main():
     p = argparse.ArgumentParser(description="Plot run folders written by graft_min.py.")
     p.add_argument("folders", nargs="+", help="run folders, or a comparison folder holding grpo/ and graft/")
     p.add_argument("--out", default=None, help="where the PNGs go (default: the first folder)")
-    p.add_argument("--table", action="store_true", help="print the training reward per family instead of plotting")
+    p.add_argument("--table", action="store_true", help="print the training reward per family (and, where the "
+                   "evaluations record them, held-out pass@1 / finished share / pass@1 among finished) instead of plotting")
     p.add_argument("--every", type=int, default=10, help="--table: steps per printed row")
     args = p.parse_args()
     for folder in args.folders:
@@ -380,6 +393,8 @@ def main():
         for folder in _run_folders(args.folders):
             print(f"{folder}:")
             print("\n".join(training_table(runlog.read_jsonl(os.path.join(folder, "metrics.jsonl")), args.every)))
+            evals = os.path.join(folder, "evals.jsonl")
+            print("\n".join(eval_table(runlog.read_jsonl(evals) if os.path.exists(evals) else [])))
         return
     for path in plot_runs(args.folders, args.out):
         print(path)

@@ -70,6 +70,16 @@ def test_training_table_averages_each_block_of_steps():
     assert lines[2].split() == ["2-3", "a", "0.250", "0.750", "0.500", "0.000", "3.000", "2.5"]
 
 
+def test_eval_table_reads_finished_and_pass_among_finished():
+    evals = [{"step": 0, "model": "a", "add": 0.25, "mul": 0.5, "mean": 0.375},  # an older run's record: skipped
+             {"step": 8, "model": "a", "add": 0.25, "mul": 0.0, "mean": 0.125, "finished": {"add": 0.5, "mul": 0.0},
+              "pass_finished": {"add": 0.5, "mul": None}}]  # 1 of 4 right, 2 of 4 finished; mul: none finished
+    lines = plots.eval_table(evals)
+    assert lines[0] == "| step | model | pass@1 (add / mul) | finished | pass@1 among finished |"
+    assert lines[2:] == ["| 8 | a | 0.250 / 0.000 | 0.500 / 0.000 | 0.500 / - |"]
+    assert plots.eval_table(evals[:1]) == []
+
+
 def test_seed_bands_plot(tmp_path):
     runs = {label: {seed: [{"step": s, "model": m, "add": 0.1 * s + seed / 100, "mul": 0.5, "mean": 0.3}
                            for s in range(0, 50, 10) for m in "ab"] for seed in range(3)} for label in ("GRPO", "GRAFT")}
