@@ -46,3 +46,24 @@ def test_ci_runs_exactly_the_readme_test_command():
     command = "pip install -r requirements-dev.txt && python -m pytest -q"
     assert f"\n    {command}\n" in read("README.md")
     assert f"\n{command}\n" in read(".ci", "run")
+
+
+def test_coder_run_in_readme_and_docs_is_what_its_logs_hold():
+    """README's --pair coder line and docs/real_models.md's table quote results/coder/ (issue 39)."""
+    import json
+    import sys
+    sys.path.insert(0, ROOT)
+    import plots
+    evals = [json.loads(line) for line in read("results", "coder", "evals.jsonl").splitlines()]
+    sums = lambda e, key: [e[key][f] if key else e[f] for f in ("add", "addc")]  # noqa: E731
+    first, last = evals[0], evals[-1]
+    pass_sums = lambda e: sum(sums(e, None)) / 2  # noqa: E731  # pass@1 over add and addc, 60 samples each
+    right_among_finished = lambda e: sum(sums(e, None)) / sum(sums(e, "finished"))  # noqa: E731
+    line = (f"from {pass_sums(first):.2f} to {pass_sums(last):.2f} at T 0.6", f"right among finished: "
+            f"{right_among_finished(first):.2f}, then {right_among_finished(last):.2f}")
+    readme = " ".join(read("README.md").split())
+    assert all(part in readme for part in line), f"README's coder line does not say {line}"
+    docs = read("docs", "real_models.md")
+    for row in plots.eval_table(evals)[2:]:  # the table without its model column
+        cells = row.split(" | ")
+        assert " | ".join(cells[:1] + cells[2:]) in docs, f"docs/real_models.md lacks the evaluation row {row}"
