@@ -200,10 +200,11 @@ def plot_learning(evals, metrics, path, title=""):
 
 def training_table(metrics, every=10):
     """Lines of text: per block of `every` steps and per model, the mean training reward and all-fail
-    share of each family, the entropy of the sampled tokens, and the groups received from the peer."""
+    share of each family, the reward over all of them, the share of samples that finished within the budget
+    ("-" for runs that predate it), the entropy of the sampled tokens, and the groups received from the peer."""
     families = sorted({f for m in metrics for f in m["families"]})
     lines = [f"{'steps':>9s} {'model':5s} " + " ".join(f"{f + ' reward':>11s} {f + ' all-fail':>13s}" for f in families)
-             + f" {'entropy':>8s} {'received':>9s}"]
+             + f" {'reward':>7s} {'finished':>8s} {'entropy':>8s} {'received':>9s}"]
     last = max(m["step"] for m in metrics)
     for start in range(0, last + 1, every):
         for model in sorted({m["model"] for m in metrics}):
@@ -213,7 +214,9 @@ def training_table(metrics, every=10):
             mean = lambda f: sum(map(f, rows)) / len(rows)  # noqa: E731
             lines.append(f"{start:4d}-{rows[-1]['step']:<4d} {model:5s} " + " ".join(
                 f"{mean(lambda m: m['families'][f]['reward']):11.3f} {mean(lambda m: m['families'][f]['all_fail']):13.3f}"
-                for f in families) + f" {mean(lambda m: m['entropy']):8.3f} {mean(lambda m: m['selected']):9.1f}")
+                for f in families) + f" {mean(lambda m: m['reward_mean']):7.3f} "
+                + (f"{mean(lambda m: m['finished_share']):8.3f}" if all("finished_share" in m for m in rows) else f"{'-':>8s}")
+                + f" {mean(lambda m: m['entropy']):8.3f} {mean(lambda m: m['selected']):9.1f}")
     return lines
 
 

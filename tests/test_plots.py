@@ -61,13 +61,16 @@ def test_comparison_folder_and_a_run_without_exchange(tmp_path):
 
 
 def test_training_table_averages_each_block_of_steps():
-    metrics = [{"step": s, "model": "a", "entropy": 0.5 + s, "selected": s,
+    metrics = [{"step": s, "model": "a", "entropy": 0.5 + s, "selected": s, "reward_mean": (s / 10 + 0.5) / 2,
+                "finished_share": s / 4,
                 "families": {"add": {"reward": s / 10, "all_fail": 1 - s / 10}, "mul": {"reward": 0.5, "all_fail": 0.0}}}
                for s in range(4)]
     lines = plots.training_table(metrics, every=2)
     assert len(lines) == 3  # a header and two blocks
-    assert lines[1].split() == ["0-1", "a", "0.050", "0.950", "0.500", "0.000", "1.000", "0.5"]
-    assert lines[2].split() == ["2-3", "a", "0.250", "0.750", "0.500", "0.000", "3.000", "2.5"]
+    assert lines[1].split() == ["0-1", "a", "0.050", "0.950", "0.500", "0.000", "0.275", "0.125", "1.000", "0.5"]
+    assert lines[2].split() == ["2-3", "a", "0.250", "0.750", "0.500", "0.000", "0.375", "0.625", "3.000", "2.5"]
+    del metrics[3]["finished_share"]  # an older run's record: no finished share in that block
+    assert plots.training_table(metrics, every=2)[2].split()[7] == "-"
 
 
 def test_eval_table_reads_finished_and_pass_among_finished():
