@@ -4,6 +4,9 @@ the README's test command."""
 import os
 import re
 
+import plots
+import runlog
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -50,11 +53,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_coder_run_in_readme_and_docs_is_what_its_logs_hold():
     """README's --pair coder line and docs/real_models.md's table quote results/coder/ (issue 39)."""
-    import json
-    import sys
-    sys.path.insert(0, ROOT)
-    import plots
-    evals = [json.loads(line) for line in read("results", "coder", "evals.jsonl").splitlines()]
+    evals = runlog.read_jsonl(os.path.join(ROOT, "results", "coder", "evals.jsonl"))
     sums = lambda e, key: [e[key][f] if key else e[f] for f in ("add", "addc")]  # noqa: E731
     first, last = evals[0], evals[-1]
     pass_sums = lambda e: sum(sums(e, None)) / 2  # noqa: E731  # pass@1 over add and addc, 60 samples each
