@@ -150,10 +150,12 @@ def main(argv=None):
         finished = all(os.path.exists(os.path.join(out, "summary.json")) for _, _, out in jobs)
         if not finished and not args.report:
             t0 = time.time()
-            settings.model_paths(settings.parse_args(["--pair", "tiny", *flags]))  # warm-start once, before the workers
-            graft_min.run_parallel(jobs, args.jobs, f"regime point {name}: runs")
-            walls[name] = walls.get(name, 0.0) + time.time() - t0
-            runlog.write_json(log_path, walls)
+            try:  # the wall time is kept even when the point is stopped (Ctrl-C) and resumed by a later session
+                settings.model_paths(settings.parse_args(["--pair", "tiny", *flags]))  # warm-start once, first
+                graft_min.run_parallel(jobs, args.jobs, f"regime point {name}: runs")
+            finally:
+                walls[name] = walls.get(name, 0.0) + time.time() - t0
+                runlog.write_json(log_path, walls)
             finished = True
         if finished:
             results[name], saved_wall[name] = point_result(root, args.seeds, args.eval_every, args.steps), walls.get(name)

@@ -58,3 +58,22 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
     (res / "regimes" / "habit0.9_terse.json").write_text(json.dumps(saved))
     with pytest.raises(SystemExit, match="no grid point has finished yet"):
         regimes.main(argv + ["--report"])
+
+
+def test_a_stopped_point_keeps_its_wall_time_for_the_resumed_one(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+
+    def stopped(*a):
+        raise KeyboardInterrupt  # as Ctrl-C (or a session's end) would stop the runs
+
+    monkeypatch.setattr(graft_min, "run_parallel", stopped)
+    argv = ["--weak-habits", "1.0", "--narrate", "off", "--seeds", "0", "--steps", "2", "--eval-every", "1",
+            "--root", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--jobs", "1", "--run-flags", QUICK]
+    for times in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            regimes.main(argv)
+        walls = json.loads((tmp_path / "runs" / "wall.json").read_text())
+        assert list(walls) == ["habit1_terse"] and walls["habit1_terse"] > 0  # added to, not lost, each time
+        if times == 1:
+            first = walls["habit1_terse"]
+    assert walls["habit1_terse"] > first
