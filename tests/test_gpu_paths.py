@@ -1,11 +1,19 @@
-"""What a GPU changes (DESIGN.md "On a GPU", issue 37), exercised on the CPU with the tiny random models:
+"""What a GPU changes (DESIGN.md "On a GPU", issues 37 and 46), exercised on the CPU with the tiny random models:
 sampling from a bf16 copy that follows the fp32 master weights after every optimizer step and after a
-resume, that samples softmax(logits / T) of the copy while the master scores, and fused AdamW on CUDA only.
+resume, that samples softmax(logits / T) of the copy while the master scores; fused AdamW, kept fused on resume;
+`auto` batch sizes; a run that leaves nothing behind. Every one of these runs on the CPU when asked for.
+The lines only a card runs (memory.free_bytes / cap_memory / release, settings.software_stack's card name) are run
+here with the CUDA driver's entry points stubbed (torch._C's functions, lazy init, mem_get_info, the allocator's
+counters) and torch's own Python layer real: its argument checks are what failed on a card (issue 46).
 
 Rewards come from a hash of the text (as in test_loop.py), so that groups mix and GRAFT exchanges."""
 
 import copy
+import gc
+import logging
 import os
+import warnings
+import weakref
 import zlib
 
 import pytest
@@ -34,11 +42,15 @@ def copy_is_cast_master(pol):
                for (n, c), (m, p) in pairs_)
 
 
-def test_the_copy_is_made_on_cuda_in_bf16_only():
-    for device, dtype, wanted in (("cuda", "bfloat16", True), ("cuda:1", "bfloat16", True), ("cuda", "float32", False),
-                                  ("cpu", "bfloat16", False), ("cpu", "float32", False)):
-        cfg = settings.parse_args(["--device", device, "--dtype", dtype])
-        assert pairs.samples_from_bf16_copy(cfg) is wanted, (device, dtype)
+def test_the_gpu_features_are_the_presets_choice_on_any_device():
+    for pair, wanted in (("small", True), ("paper1", True), ("tiny", False), ("cpu", False), ("coder", False)):
+        for device in ("cpu", "cuda"):
+            cfg = settings.parse_args(["--pair", pair, "--device", device])
+            assert (cfg.bf16_sampler, cfg.fused_adamw) == (wanted, wanted), (pair, device)
+    cfg = settings.parse_args(["--pair", "small", "--no-bf16-sampler", "--no-fused-adamw"])
+    assert (cfg.bf16_sampler, cfg.fused_adamw) == (False, False)
+    assert settings.parse_args(["--pair", "small"]).max_prompt_tokens == 512  # what memory.py's estimate assumes
+    assert settings.parse_args(["--pair", "paper1"]).max_prompt_tokens == 2048  # the paper's (App. B)
 
 
 def test_bf16_copy_casts_the_parameters_keeps_the_buffers_and_ties(llama):
@@ -86,7 +98,6 @@ def run(model_dirs, out, *flags):
 
 def test_the_copy_equals_the_cast_master_at_every_sampling_after_every_step_and_after_a_resume(
         model_dirs, tmp_path, monkeypatch):
-    monkeypatch.setattr(pairs, "samples_from_bf16_copy", lambda cfg: True)  # as on CUDA, here on the CPU
     made, checks, refreshes = [], [], []
     real_make, real_sample, real_refresh = graft_min.make_policy, rollout.sample_groups, pairs.refresh_copy
 
@@ -108,14 +119,14 @@ def test_the_copy_equals_the_cast_master_at_every_sampling_after_every_step_and_
     monkeypatch.setattr(rollout, "sample_groups", sample)
     monkeypatch.setattr(pairs, "refresh_copy", refresh)
     out = tmp_path / "run"
-    run(model_dirs, out, "--steps", "2")
+    run(model_dirs, out, "--steps", "2", "--bf16-sampler")
     steps = 2 * 2 * 2  # 2 steps x 2 minibatches x 2 models: one refresh after each optimizer step
     assert len(refreshes) == steps and checks and all(checks)
     assert len(checks) == 2 * (2 + 3 * 4)  # per model: 2 rollouts, 3 evaluations (steps 0, 1, 2) of 4 families
     trained = {pol.name: copy.deepcopy(pol.sampler.state_dict()) for pol in made}
     # resume: the fresh copies are made from the loaded weights before anything samples
     made.clear(), checks.clear(), refreshes.clear()
-    run(model_dirs, out, "--steps", "3", "--resume")
+    run(model_dirs, out, "--steps", "3", "--resume", "--bf16-sampler")
     assert len(checks) == 2 * (1 + 4) and all(checks)  # per model: step 2's rollout, its evaluation
     assert len(refreshes) == 2 + 2 * 2  # one per loaded model, then one per optimizer step
     ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
@@ -126,20 +137,70 @@ def test_the_copy_equals_the_cast_master_at_every_sampling_after_every_step_and_
         assert any(not torch.equal(v, pol.sampler.state_dict()[k]) for k, v in trained[pol.name].items())
 
 
-def test_adamw_is_fused_on_cuda_only(model_dirs, monkeypatch):
-    seen = []
+def test_adamw_is_fused_when_asked_and_stays_fused_when_a_checkpoint_of_an_unfused_run_is_resumed(model_dirs):
+    cfg = settings.parse_args(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--device", "cpu"])
+    plain = pairs.make_policy("a", model_dirs[0], 1e-3, cfg)
+    fused = pairs.make_policy("a", model_dirs[0], 1e-3, settings.parse_args(["--device", "cpu", "--fused-adamw"]))
+    assert plain.opt.defaults["fused"] is None and fused.opt.defaults["fused"] is True  # a real fused AdamW, on a CPU
+    for p in plain.model.parameters():  # one step of the unfused run, so that its state holds step counts and moments
+        p.grad = torch.ones_like(p)
+    plain.opt.step()
+    state = plain.opt.state_dict()
+    assert state["param_groups"][0]["fused"] is None
+    # torch's own load takes the saved group's settings: the resumed optimizer would silently run unfused
+    unfused_again = copy.deepcopy(fused.opt)
+    unfused_again.load_state_dict(state)
+    assert unfused_again.param_groups[0]["fused"] is None
+    pairs.load_optimizer(fused.opt, state)
+    assert fused.opt.param_groups[0]["fused"] is True and fused.opt.param_groups[0]["foreach"] is None
+    p = next(fused.model.parameters())
+    assert fused.opt.state[p]["step"].dtype == torch.float32 and fused.opt.state[p]["step"].device == p.device
+    for q in fused.model.parameters():
+        q.grad = torch.ones_like(q)
+    fused.opt.step()  # the fused kernel runs on the loaded state
+    assert float(fused.opt.state[p]["step"]) == 2.0
 
-    class Spy(torch.optim.AdamW):
-        def __init__(self, params, **kw):
-            seen.append(kw.get("fused"))
-            super().__init__(params, **{**kw, "fused": None})  # no CUDA here: build it unfused
-    monkeypatch.setattr(torch.optim, "AdamW", Spy)
-    monkeypatch.setattr(pairs, "load_for_rl", lambda path, cfg: pairs.load_policy(path, "cpu", torch.float32) + (None,))
-    for device, fused in (("cpu", None), ("cuda", True)):
-        cfg = settings.parse_args(["--device", device, "--model-a", model_dirs[0], "--model-b", model_dirs[1]])
-        graft_min.make_policy("a", model_dirs[0], 1e-3, cfg)
-        assert seen[-1] is fused, device
-    assert os.path.isdir(model_dirs[0])
+
+def test_a_model_made_for_rl_is_freed_when_dropped_without_the_cyclic_collector(model_dirs):
+    """pairs.autocast_bf16 once stored a bound method on the instance: model -> __dict__ -> wrapper -> model, a cycle
+    that only the cyclic collector frees. compare runs GRAFT after GRPO in one process: GRPO's weights must be gone."""
+    cfg = settings.parse_args(["--device", "cpu", "--dtype", "bfloat16", "--bf16-sampler", "--fused-adamw",
+                               "--grad-checkpointing"])
+    gc.collect()
+    gc.disable()
+    try:
+        pol = pairs.make_policy("a", model_dirs[0], 1e-3, cfg)
+        assert pol.model.autocast_dtype == torch.bfloat16 and pol.sampler is not None
+        refs = [weakref.ref(pol.model), weakref.ref(pol.sampler), weakref.ref(pol.opt)]
+        del pol
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()
+
+
+def models_alive():
+    """Every transformers model object there is, reachable or not (gc.get_objects also holds the garbage that only
+    the cyclic collector would free)."""
+    from transformers import PreTrainedModel
+    with warnings.catch_warnings():  # isinstance on torch.distributed's deprecated reduce_op object warns
+        warnings.simplefilter("ignore", FutureWarning)
+        return {id(o): type(o).__name__ for o in gc.get_objects() if isinstance(o, PreTrainedModel)}
+
+
+def test_a_run_leaves_no_model_behind_without_the_cyclic_collector(model_dirs, tmp_path):
+    gc.collect()
+    before = models_alive()
+    gc.disable()
+    try:
+        cfg = settings.parse_args(["--prompts-per-step", "4", "--n", "4", "--max-new-tokens", "6", "--steps", "1",
+                                   "--eval-problems", "2", "--eval-samples", "1", "--minibatches", "2", "--device", "cpu",
+                                   "--dtype", "bfloat16", "--bf16-sampler", "--fused-adamw", "--grad-checkpointing",
+                                   "--model-a", model_dirs[0], "--model-b", model_dirs[1], "--out", str(tmp_path / "r")])
+        graft_min.run(cfg, "graft", str(tmp_path / "r"))
+        left = [name for i, name in models_alive().items() if i not in before]
+    finally:
+        gc.enable()
+    assert left == []
 
 
 # ---------------------------------------------------------------- --gen-batch / --micro-batch auto
@@ -200,19 +261,129 @@ def test_auto_sizes_refuse_a_card_too_small_and_keep_given_sizes():
 
 
 def test_a_run_with_auto_sizes_uses_and_prints_them(model_dirs, tmp_path, monkeypatch, caplog):
-    # a fake free memory on the CPU: room for the tiny models' states, the reserve and a chunk of log-probs
-    import memory
+    # --memory-gib: plan for 4 GiB in all, whatever the machine has free (room for the tiny models' states, the
+    # reserve and a chunk of log-probs)
     sizes = []
     real = rollout.sample_groups
     monkeypatch.setattr(rollout, "sample_groups", lambda *a, **kw: sizes.append(kw["gen_batch"]) or real(*a, **kw))
-    monkeypatch.setattr(memory, "free_bytes", lambda device: 4 * 2**30)
     with caplog.at_level("INFO", logger="graft_min"):
-        run(model_dirs, tmp_path / "run", "--steps", "1", "--gen-batch", "auto", "--micro-batch", "auto")
+        run(model_dirs, tmp_path / "run", "--steps", "1", "--gen-batch", "auto", "--micro-batch", "auto",
+            "--memory-gib", "4")
     line, = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto sizes")]
     gen = int(line.split("--gen-batch ")[1].split(",")[0])
     assert sizes and set(sizes) == {gen} and 1 <= gen <= 6 * 4  # at most a step's 6 prompts x 4
-    assert "--micro-batch" in line and "GiB free" in line
-    assert runlog_config(tmp_path / "run")["gen_batch"] == "auto"  # the folder records what was asked
+    assert "--micro-batch" in line and "GiB free" in line and float(line.split("(")[1].split(" GiB")[0]) <= 4
+    config = runlog_config(tmp_path / "run")
+    assert config["gen_batch"] == "auto" and config["sizes"]["gen_batch"] == gen  # what was asked, what it measured
+
+
+def test_grad_split_is_counted_in_the_auto_budget():
+    import memory
+    models = small_pair_on_meta()
+    n = sum(p.numel() for m in models for p in m.parameters())
+    free = 40 * 2**30
+    plain = memory.auto_batch_sizes(models, [1, 1], settings.parse_args(["--pair", "small"]), free)[2]
+    split = memory.auto_batch_sizes(models, [1, 1], settings.parse_args(["--pair", "small", "--grad-split"]), free)[2]
+    # gradient_split keeps one fp32 copy of the gradient, 4 bytes a parameter
+    assert (plain["budget_gib"] - split["budget_gib"]) * 2**30 == pytest.approx(4 * n)
+
+
+# ---------------------------------------------------------------- the lines only a card runs, its driver stubbed
+
+class FakeDriver:
+    """The CUDA driver's entry points as torch's Python layer calls them, on a CPU build: one card of `total` bytes,
+    `free` of them free, the allocator holding `reserved` bytes of which `allocated` are in use."""
+
+    def __init__(self, monkeypatch, total=80 * 2**30, free=60 * 2**30, reserved=6 * 2**30, allocated=4 * 2**30,
+                 fraction=1.0):
+        self.total, self.free, self.reserved, self.allocated, self.fraction = total, free, reserved, allocated, fraction
+        self.calls = []
+        stub = [(torch.cuda, "_lazy_init", lambda: None), (torch.cuda.memory, "_lazy_init", lambda: None),
+                (torch._C, "_cuda_getDevice", lambda: 0), (torch._C, "_cuda_getDeviceCount", lambda: 1),
+                (torch._C, "_cuda_getMemoryFraction", self.get_fraction),
+                (torch._C, "_cuda_setMemoryFraction", self.set_fraction),
+                (torch._C, "_cuda_emptyCache", lambda: self.calls.append("empty_cache")),
+                (torch.cuda, "_get_device_properties", self.properties),
+                (torch.cuda, "mem_get_info", self.mem_get_info),
+                (torch.cuda, "memory_allocated", lambda device=None: self.counter("allocated", device)),
+                (torch.cuda, "memory_reserved", lambda device=None: self.counter("reserved", device))]
+        for owner, name, fn in stub:
+            monkeypatch.setattr(owner, name, fn, raising=False)
+
+    def get_fraction(self, index):
+        assert isinstance(index, int), index  # what torch's own argument handling hands the driver
+        self.calls.append(("get_fraction", index))
+        return self.fraction
+
+    def set_fraction(self, fraction, index):
+        assert isinstance(index, int) and isinstance(fraction, float), (fraction, index)
+        self.calls.append(("set_fraction", fraction, index))
+        self.fraction = fraction
+
+    def properties(self, index):
+        assert isinstance(index, int), index
+        return type("Props", (), {"name": "Fake H100", "total_memory": self.total})()
+
+    def mem_get_info(self, device=None):
+        self.calls.append(("mem_get_info", device))
+        return self.free, self.total
+
+    def counter(self, what, device):
+        self.calls.append((what, device))
+        return getattr(self, what)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda")])
+def test_free_bytes_on_a_card_with_the_driver_stubbed(monkeypatch, device):
+    import memory
+    driver = FakeDriver(monkeypatch)
+    # 60 GiB free on the card, plus 2 GiB cached by torch's allocator but unused; no cap
+    assert memory.free_bytes(device) == 62 * 2**30
+    assert ("get_fraction", 0) in driver.calls  # "cuda" became the current device's index before the driver saw it
+    driver.fraction = 0.25  # a 20 GiB cap, 4 GiB of it allocated
+    assert memory.free_bytes(device) == 16 * 2**30
+
+
+def test_a_memory_cap_on_a_card_with_the_driver_stubbed(monkeypatch):
+    import memory
+    driver = FakeDriver(monkeypatch)
+    assert memory.cap_memory("cuda", 22) == pytest.approx(22 / 80)
+    assert driver.calls[-1] == ("set_fraction", 22 / 80, 0)
+    assert memory.free_bytes("cuda") == 22 * 2**30 - 4 * 2**30  # the cap less what is allocated
+    assert memory.cap_memory("cuda:0", 100) == 1.0  # never more than the card
+
+
+def test_the_small_preset_on_a_stubbed_card_with_a_cap_gets_the_cards_sizes(monkeypatch):
+    """resolve_auto_sizes on "cuda" (the default device on a GPU machine), --memory-gib 22 on an 80 GiB card: the
+    allocator is capped, and the sizes are those of a 22 GiB card less what the models hold."""
+    import memory
+    models = small_pair_on_meta()
+    policies = [pairs.Policy(name, m, None, None, sampler=pairs.bf16_copy(m)) for name, m in zip("ab", models)]
+    driver = FakeDriver(monkeypatch, free=74 * 2**30, reserved=0, allocated=0)
+    cfg = settings.parse_args(["--pair", "small", "--device", "cuda", "--memory-gib", "22"])
+    memory.resolve_auto_sizes(cfg, policies)
+    assert ("set_fraction", 22 / 80, 0) in driver.calls
+    held = memory.held_bytes(policies)
+    n = sum(p.numel() for m in models for p in m.parameters())
+    assert 6 * n <= held < 6 * n + 2**20  # fp32 masters and bf16 copies (on meta), and RoPE's buffers
+    gen, micro, _ = memory.auto_batch_sizes(models, [1, 1], cfg, 22 * 2**30 - held)
+    assert (cfg.gen_batch, cfg.micro_batch) == (gen, micro) and micro < 64
+
+
+def test_releasing_a_run_empties_the_cache_on_a_card_only(monkeypatch):
+    import memory
+    driver = FakeDriver(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "_initialized", True)  # torch.cuda.empty_cache asks the driver only then
+    memory.release("cpu")
+    assert "empty_cache" not in driver.calls
+    memory.release("cuda")
+    assert driver.calls == ["empty_cache"]
+
+
+def test_a_run_records_the_cards_name(monkeypatch):
+    FakeDriver(monkeypatch)
+    assert settings.software_stack("cuda")["cuda_device"] == "Fake H100"
+    assert "cuda_device" not in settings.software_stack("cpu")
 
 
 def runlog_config(out):
