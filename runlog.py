@@ -132,13 +132,16 @@ def check_config(saved, new, where, fix, ignore=(), keys=None):
 
 
 def saved_config(out):
-    """out/config.json: the settings of the run that made folder `out`."""
+    """out/config.json: the settings of the run that made folder `out`. A setting added since that run was made
+    reads as the value it had in effect then, so that the folder (or reproduce.py's record of it) stays reusable."""
     path = os.path.join(out, "config.json")
     if not os.path.exists(path):
         raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "
                              f"start a fresh run in another folder (--out)")
     saved = read_json(path)
     saved.setdefault("world_size", 1)  # folders from before torchrun: one process
+    for flag in ("seq_ratio", "random_prompts", "random_admission"):  # folders from before these ablations (#47): off
+        saved.setdefault(flag, False)
     return saved
 
 

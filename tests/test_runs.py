@@ -81,6 +81,21 @@ def test_resume_refuses_other_settings_and_names_each_key(model_dirs, tmp_path):
     assert folder_bytes(out) == before  # refused before touching anything
 
 
+def test_the_table_2_ablation_flags_are_run_settings_and_older_folders_read_them_as_off(tmp_path):
+    flags = {"seq_ratio": "--seq-ratio", "random_prompts": "--random-prompts", "random_admission": "--random-admission"}
+    base = ["--model-a", "a", "--model-b", "b", "--method", "graft"]  # model paths given: nothing loads
+    config = settings.run_config(settings.parse_args(base), "graft")
+    out = tmp_path / "run"  # a folder from before these flags: its config.json lacks them
+    runlog.write_json(str(out / "config.json"), {k: v for k, v in config.items() if k not in flags})
+    saved = runlog.saved_config(str(out))
+    assert all(saved[k] is False for k in flags)
+    assert runlog.check_resume(str(out), saved, config, 0) == []  # the run as it was: resumes
+    for key, flag in flags.items():  # with the ablation on it is another experiment: refused by name
+        with pytest.raises(runlog.ConfigMismatch) as e:
+            runlog.check_resume(str(out), saved, settings.run_config(settings.parse_args(base + [flag]), "graft"), 0)
+        assert differing_keys(e.value) == {key} and f"{key}: saved false, now true" in str(e.value)
+
+
 def test_resume_may_extend_and_change_cadence_but_not_end_before_its_checkpoint(model_dirs, tmp_path):
     out = tmp_path / "run"
     run(model_dirs, out, "--method", "graft", "--steps", "2")
