@@ -14,7 +14,7 @@ Algorithm 1 of the paper, one step:
 Methods: graft (both directions), grpo (same loop, no exchange: the budget-matched baseline; the only
 method of a one-model preset, pairs.SOLO: --pair coder), stored (one model learns from a GRPO run's logged
 peer groups; balancing off). Ablations of the paper's Table 2: --no-gate, --delta, --no-balance,
---peer-order, --pooled, --success-only.
+--peer-order, --pooled, --success-only, --seq-ratio, --random-prompts, --random-admission.
 
 `python graft_min.py --pair tiny` (method "compare") runs GRPO and GRAFT from the same
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
@@ -128,13 +128,13 @@ def own_rows(ro, q, adv_q):
 # ---------------------------------------------------------------- what and how (Eqs. 6-8)
 
 @torch.no_grad()
-def graft_groups(recv, recv_ro, src, selected, cfg):
+def graft_groups(recv, recv_ro, src, selected, cfg, step=0):
     """Replace the receiver's selected all-fail groups by the source's groups (Eqs. 6-8).
 
     Every peer response keeps its source-computed advantage (Eq. 1 over the full source group,
     never re-normalised). The receiver re-tokenises the text after its own prompt and scores it
-    with its behaviour policy: Eq. 9's denominator and Eq. 7's first term. Responses with
-    s <= delta are dropped, not passed with w = 0. Returns (rows, s of every peer response).
+    with its behaviour policy: Eq. 9's denominator and Eq. 7's first term. Responses with s <= delta
+    are dropped, not passed with w = 0 (step seeds --random-admission's draw). Returns (rows, s of every peer response).
     """
     n = recv_ro.n
     src_adv = loss.group_advantages(src.rewards)  # [G, n]
@@ -159,6 +159,8 @@ def graft_groups(recv, recv_ro, src, selected, cfg):
     src_mean = torch.stack([src.mean_logprobs[q * n + i] for q, i, _ in cand])  # [P] Eq. 6, source side
     s = loss.compatibility_score(recv_mean, src_mean)  # [P] Eq. 7
     w = torch.ones_like(s) if cfg.no_gate else loss.compatibility_weight(recv_mean, src_mean, cfg.delta)  # Eq. 8
+    if cfg.random_admission:  # ablation, Eq. 11: as many as the gate admits, drawn at random, w = min(s, 1), no floor
+        w = loss.random_admission_weight(s, int((w > 0).sum()), seed_for(cfg, step, recv.name, "admission", ddp.rank()))
     for j, (q, i, a) in enumerate(cand):
         if w[j] > 0:
             rows.append(Row(q, prompt_ids[j], resp[j], lp[j][mask[j]].float().cpu(), a, float(w[j]), True))
@@ -210,10 +212,11 @@ def update(pol, rows, cfg, rng):
             old = torch.nn.utils.rnn.pad_sequence([r.old_logprobs for r in micro], batch_first=True).to(lp.device)
             adv = torch.tensor([r.advantage for r in micro], device=lp.device)  # [B]
             w = torch.tensor([r.weight for r in micro], device=lp.device)  # [B]
-            l, _ = loss.policy_loss(lp, old, adv, w, mask, cfg.eps_low, cfg.eps_high)
+            seq = torch.tensor([cfg.seq_ratio and r.peer for r in micro], device=lp.device)  # [B] --seq-ratio rows
+            l, _ = loss.policy_loss(lp, old, adv, w, mask, cfg.eps_low, cfg.eps_high, seq)
             (l * mask.sum() / n_tokens).backward()
             mb_loss += l.item() * mask.sum().item() / n_tokens
-            clipped = loss.clipped_token_mask(lp, old, adv, mask, cfg.eps_low, cfg.eps_high).sum(1).cpu()  # [B]
+            clipped = loss.clipped_token_mask(lp, old, adv, mask, cfg.eps_low, cfg.eps_high, seq).sum(1).cpu()  # [B]
             for r, c in zip(micro, clipped.tolist()):
                 kind = "peer" if r.peer else "self"
                 st[f"clip_{kind}"] += c
@@ -291,13 +294,14 @@ def group_rewards(texts, batch, cfg):
                          for j, t in enumerate(texts)]).view(-1, cfg.n)
 
 
-def exchange(k, n, balance, start, size):
-    """Step 3 on this rank: select_exchange once on the whole batch's success counts k {model: [G]}
-    (gathered from every rank, so balancing and ties are over the whole batch and every rank finds the
-    same groups); each receiver keeps the selected prompts that live here, batch[start:start + size],
-    as local indices. Returns {receiver: [q]}."""
-    to_b, to_a = select_exchange(k["a"], k["b"], n, balance=balance)
-    return {recv: [q - start for q in sel if start <= q < start + size] for recv, sel in (("b", to_b), ("a", to_a))}
+def exchange(k, n, balance, start, size, rng=None):
+    """Step 3 on this rank: select_exchange once on the whole batch's success counts k {model: [G]} (gathered from
+    every rank, so balancing and ties are over the whole batch and every rank finds the same groups); each receiver
+    keeps the selected prompts that live here, batch[start:start + size], as local indices: {receiver: [q]}. With
+    rng (--random-prompts, App. G): as many prompts per receiver, drawn uniformly from the whole batch instead."""
+    sel = dict(zip("ba", select_exchange(k["a"], k["b"], n, balance=balance)))  # {receiver: [q]}
+    sel = {recv: sorted(rng.sample(range(len(k["a"])), len(qs))) for recv, qs in sel.items()} if rng else sel
+    return {recv: [q - start for q in qs if start <= q < start + size] for recv, qs in sel.items()}
 
 
 def train_step(step, policies, batch, cfg, stored_peer=None):
@@ -319,7 +323,8 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
     t_rollout = time.time() - t0
     sends, k = {"a": [], "b": []}, {name: g.rewards.sum(1).long() for name, g in whole.items()}  # k: whole batch
     if cfg.method in ("graft", "stored"):  # 3. which groups (Eq. 4 on the whole batch, balancing off when stored)
-        sends = exchange(k, n, cfg.method == "graft" and not cfg.no_balance, start, len(part))
+        sends = exchange(k, n, cfg.method == "graft" and not cfg.no_balance, start, len(part),
+                         random.Random(seed_for(cfg, step, "ab", "random-prompts")) if cfg.random_prompts else None)
 
     metrics = {}
     for name, pol in policies.items():  # 4-5. each receiver's buffer, then its update
@@ -327,7 +332,7 @@ def train_step(step, policies, batch, cfg, stored_peer=None):
         t1, selected = time.time(), sends[name]  # this rank's prompts whose group the receiver takes
         adv = loss.group_advantages(groups[name].rewards)  # [g, n] Eq. 1
         rows = [r for q in range(len(part)) if q not in selected for r in own_rows(ros[name], q, adv[q])]
-        peer_rows, s = graft_groups(pol, ros[name], groups[peer], selected, cfg) if selected else ([], [])
+        peer_rows, s = graft_groups(pol, ros[name], groups[peer], selected, cfg, step) if selected else ([], [])
         t_graft = time.time() - t1
         for group in pol.opt.param_groups:  # linear warm-up over the first steps (paper: none)
             group["lr"] = pol.lr * min(1.0, (step + 1) / (cfg.warmup_steps + 1))

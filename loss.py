@@ -7,8 +7,10 @@ Equation numbers follow the paper (arXiv 2609.37868):
     mean_logprob           Eq. 6    lbar = (1/|o|) sum_t log pi(o_t | q, o_<t)
     compatibility_score    Eq. 7    s = exp(lbar_receiver_old - lbar_source_old)
     compatibility_weight   Eq. 8    w = 1[s > delta] * min(s, 1)
+    random_admission_weight  Eq. 11 (App. G)   the random-admission ablation's w: count-matched draw, min(s, 1)
     clipped_token_mask     Eqs. 2, 10   where the clipped branch of the min is active (no gradient)
-    policy_loss            Eqs. 2, 3, 9, 10   -J: weighted, clipped, token-mean surrogate
+    policy_loss            Eqs. 2, 3, 9, 10   -J: weighted, clipped, token-mean surrogate; optionally some rows
+                                      with one sequence-level ratio (the "w/o token-level ratio" ablation)
     k3_kl                  (optional, not in the paper)   k3 estimator of KL(pi || pi_ref)
 
 Conventions: B = responses in a minibatch, T = padded response length, G = prompts,
@@ -68,26 +70,46 @@ def compatibility_weight(recv_mean_logprob, src_mean_logprob, delta=0.8):
     return torch.where(s > delta, s.clamp(max=1.0), torch.zeros_like(s))
 
 
-def _masked_log_ratio(logprobs, old_logprobs, mask):
-    """log rho (Eqs. 3, 9) on masked tokens, 0 on padding (so exp never sees garbage). [B, T]"""
+def random_admission_weight(s, count, seed):
+    """Eq. 11 (App. G, the "random admission" ablation): w = 1[o in A_rand] * min(s, 1), no floor.
+
+    s [P]: Eq. 7's scores of a receiver's peer responses; A_rand: `count` of them (as many as the gate
+    admits, Eq. 8) drawn uniformly without replacement by a generator seeded with `seed`. -> w [P]
+    """
+    drawn = torch.randperm(len(s), generator=torch.Generator().manual_seed(seed))[:count]  # [count]
+    w = torch.zeros_like(s)
+    w[drawn] = s[drawn].clamp(max=1.0)
+    return w
+
+
+def _masked_log_ratio(logprobs, old_logprobs, mask, seq_ratio=None):
+    """log rho (Eqs. 3, 9) on masked tokens, 0 on padding (so exp never sees garbage). [B, T]
+
+    seq_ratio (bool [B], optional): those rows take one ratio for every token instead, GSPO's sequence-level
+    ratio, the geometric mean of the row's token ratios: log s_j = mean_t (log pi - log pi_old) over its
+    masked tokens. The "w/o token-level ratio" ablation of Table 2 (App. F), on peer rows."""
     m = mask.bool()
     diff = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    if seq_ratio is not None:
+        seq = diff.sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1)  # [B, 1] log s_j
+        diff = torch.where(seq_ratio.bool().to(m.device)[:, None] & m, seq, diff)  # [B, T]
     return diff, m
 
 
-def clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28):
+def clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, seq_ratio=None):
     """Tokens where min(rho*a, clip(rho)*a) takes the clipped branch, i.e. get no gradient.
 
-    That is a > 0 and rho > 1 + eps_high, or a < 0 and rho < 1 - eps_low. -> bool [B, T]
+    That is a > 0 and rho > 1 + eps_high, or a < 0 and rho < 1 - eps_low; rows in seq_ratio (bool [B])
+    use their sequence-level ratio, so all of their tokens are clipped or none. -> bool [B, T]
     """
-    log_ratio, m = _masked_log_ratio(logprobs.detach(), old_logprobs.detach(), mask)
+    log_ratio, m = _masked_log_ratio(logprobs.detach(), old_logprobs.detach(), mask, seq_ratio)
     ratio = torch.exp(log_ratio)  # [B, T]
     a = advantages.detach()[:, None]  # [B, 1]
     clipped = ((a > 0) & (ratio > 1 + eps_high)) | ((a < 0) & (ratio < 1 - eps_low))
     return clipped & m
 
 
-def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, eps_high=0.28):
+def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, eps_high=0.28, seq_ratio=None):
     """Eqs. 2, 3, 9, 10: loss = -J for one minibatch.
 
         J = 1/(sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_low, 1+eps_high) a_j)
@@ -97,9 +119,12 @@ def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, 
     self responses, Eq. 8 for peer ones), mask [B, T]. The divisor is the unweighted number
     of masked tokens in this minibatch (token-mean). Responses dropped by the gate are
     removed by the caller, not passed with weight 0.
+    seq_ratio (bool [B], optional; --seq-ratio): those rows replace every rho_jt by their sequence-level ratio
+    s_j = exp(mean_t log rho_jt), clipped with the same eps; each token still counts once in the sum and the
+    divisor (token-mean), so row j adds w_j |o_j| min(s_j a_j, clip(s_j) a_j). None: Eq. 10 as above.
     Returns (loss: scalar tensor, stats: dict of floats).
     """
-    log_ratio, m = _masked_log_ratio(logprobs, old_logprobs.detach(), mask)
+    log_ratio, m = _masked_log_ratio(logprobs, old_logprobs.detach(), mask, seq_ratio)
     n_tokens = m.sum()
     if n_tokens == 0:
         raise ValueError("policy_loss: the minibatch has no masked tokens")
@@ -112,7 +137,7 @@ def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, 
     objective = torch.where(m, per_token, torch.zeros_like(per_token)).sum() / n_tokens
     loss = -objective
 
-    clip = clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low, eps_high)
+    clip = clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, seq_ratio)
     with torch.no_grad():
         stats = {
             "n_tokens": int(n_tokens),

@@ -3,12 +3,16 @@ Reproduce the paper's analyses in the tiny world, over several seeds, from one w
 
     Table 1   GRPO (n), GRPO (2n) and GRPO (4n) (twice and four times the rollouts) and GRAFT, per model and family
     Table 6   stored-peer GRAFT: each model learns from its partner's logged GRPO (n) run
-    Table 2   ablations: no gate (w = 1), delta = 0 (no floor), success-only, peer-first
+    Table 2   ablations, every GRAFT row: no gate (w = 1), no floor (delta = 0), no balancing, sequence-level ratio,
+              random prompts and random admission (count-matched), peer-first and shuffled minibatches, pooled and
+              success-only transfer, and delta 0.7 and 0.9 of the threshold sweep (Table 7); each row's change vs
+              full GRAFT beside the paper's (table2_lines)
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
     python reproduce.py                                          # seeds 0-4: ~3 h on 2 cores, resumable
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
+    python reproduce.py --tables-only                            # the tables from the recorded runs, running none
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
 final held-out pass@1 per model and family, and deltas vs GRPO (n)), results/headline.md (the
@@ -60,11 +64,33 @@ VARIANTS = {
     "delta_0": ("graft", ["--delta", "0"], "ab"),
     "success_only": ("graft", ["--success-only"], "ab"),
     "peer_first": ("graft", ["--peer-order", "first"], "ab"),
+    "no_balance": ("graft", ["--no-balance"], "ab"),
+    "seq_ratio": ("graft", ["--seq-ratio"], "ab"),
+    "random_prompts": ("graft", ["--random-prompts"], "ab"),
+    "random_admission": ("graft", ["--random-admission"], "ab"),
+    "peer_shuffle": ("graft", ["--peer-order", "shuffle"], "ab"),
+    "pooled": ("graft", ["--pooled"], "ab"),
+    "delta_07": ("graft", ["--delta", "0.7"], "ab"),
+    "delta_09": ("graft", ["--delta", "0.9"], "ab"),
 }
-ORDER = ["grpo", "grpo_2n", "grpo_4n", "graft", "stored_a", "stored_b", "no_gate", "delta_0", "success_only", "peer_first"]
+ORDER = ["grpo", "grpo_2n", "grpo_4n", "graft", "stored_a", "stored_b", "no_gate", "delta_0", "success_only", "peer_first",
+         "no_balance", "seq_ratio", "random_prompts", "random_admission", "peer_shuffle", "pooled", "delta_07", "delta_09"]
 LABELS = {"grpo": "GRPO (n)", "grpo_2n": "GRPO (2n)", "grpo_4n": "GRPO (4n)", "graft": "GRAFT", "stored_a": "GRAFT stored peer",
           "stored_b": "GRAFT stored peer", "no_gate": "w/o gate (w = 1)", "delta_0": "w/o floor (delta = 0)",
-          "success_only": "success-only", "peer_first": "peer minibatches first"}
+          "success_only": "success-only", "peer_first": "peer minibatches first", "no_balance": "w/o balancing",
+          "seq_ratio": "w/o token-level ratio (sequence ratio)", "random_prompts": "random prompts (count-matched)",
+          "random_admission": "random admission (count-matched)", "peer_shuffle": "peer minibatches shuffled",
+          "pooled": "pooled groups", "delta_07": "delta = 0.7", "delta_09": "delta = 0.9"}
+# The paper's Table 2 (pair 1) and its threshold sweep (Table 7): part, variant, and the change of the five-benchmark
+# mean vs full GRAFT in points, SmolLM3-3B / Qwen3-1.7B. Every row but GRPO is an ablation: reproduce.py --tables-only
+# writes the tables before all of them are recorded (a '-' row).
+TABLE2 = [("component removal", "no_gate", -8.36, -2.51), ("component removal", "delta_0", -1.89, -3.56),
+          ("component removal", "no_balance", -2.00, -0.48), ("component removal", "seq_ratio", -1.85, -0.45),
+          ("random selection", "random_prompts", -2.40, -1.58), ("random selection", "random_admission", -1.86, -1.09),
+          ("peer position", "peer_first", -2.45, -1.71), ("peer position", "peer_shuffle", -3.57, -1.03),
+          ("transfer rule (2b)", "pooled", -3.99, -2.66), ("transfer rule (2b)", "success_only", -7.84, -3.93),
+          ("threshold (Table 7)", "delta_07", -2.89, -0.54), ("threshold (Table 7)", "delta_09", -0.92, -1.54),
+          ("baseline", "grpo", -4.46, -2.24)]
 
 
 def jobs_for(variants, seeds, flags, root):
@@ -88,19 +114,22 @@ def record_of(records, out):
     return os.path.join(records, os.path.basename(os.path.dirname(out)), os.path.basename(out))
 
 
-def check_reuse(jobs, records=None):
+def check_reuse(jobs, records=None, flags_only=False):
     """Refuse (SystemExit) if a job's record or folder holds a run made with other settings: a finished run
     would be reported as this reproduction's, an unfinished one resumed into a mix. Every key but
-    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps, the evaluation cadence and the stack too."""
+    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps, the evaluation cadence and the stack too.
+    flags_only (--tables-only): only the records, on the settings that the flags make (not the model paths, which
+    settings.run_config finds by warm-starting the tiny pair, nor the stack, which collect checks across runs)."""
     errors = []
     for cfg, method, out in jobs:
         recorded = records and os.path.exists(os.path.join(record_of(records, out), "summary.json"))
         where = record_of(records, out) if recorded else out
-        if not recorded and not os.path.exists(os.path.join(out, "checkpoint.pt")):
+        if not recorded and (flags_only or not os.path.exists(os.path.join(out, "checkpoint.pt"))):
             continue  # nothing to reuse: the run starts from scratch
+        new = {**vars(cfg), "method": method} if flags_only else settings.run_config(cfg, method)
         try:
-            runlog.check_config(runlog.saved_config(where), settings.run_config(cfg, method),
-                                os.path.join(where, "config.json"), ignore=runlog.BOOKKEEPING,
+            runlog.check_config(runlog.saved_config(where), new, os.path.join(where, "config.json"),
+                                ignore=runlog.BOOKKEEPING, keys=sorted(new) if flags_only else None,
                                 fix="reproduce.py reuses a run folder or record only with the same settings; "
                                     "give another --root (or --results), or delete it to rerun the run")
         except runlog.ConfigMismatch as e:
@@ -349,6 +378,8 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
             lines.append(f"| {LABELS[variant]} | {len(seeds)} | " + " | ".join(cells) + " |")
         lines.append("")
 
+    lines += table2_lines(table, seeds_of)
+
     def gain(variant, m):
         seeds = seeds_of[variant]
         return statistics.mean(table[variant][m]["mean"][s] - table["grpo"][m]["mean"][s] for s in seeds)
@@ -432,6 +463,28 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     return "\n".join(lines)
 
 
+def table2_lines(table, seeds_of):
+    """The paper's Table 2 (TABLE2) in its layout: each row's change vs full GRAFT on the same seeds, in points of
+    held-out pass@1 (x 100, mean +- std over seeds of the per-seed change), on each model's weak sub-skill and on the
+    mean over families, beside the paper's change of its five-benchmark mean (pair 1: SmolLM3-3B, Qwen3-1.7B;
+    our A and B are not those models). A row whose runs are not recorded yet shows '-'."""
+    weak = {m: weak_family(m) for m in "ab"}
+    lines = ["#### Table 2: ablations, change vs full GRAFT in points (held-out pass@1 x 100), mean +- std over seeds",
+             "", f"| part | variant | seeds | A {weak['a']} (weak) | A mean | B {weak['b']} (weak) | B mean | "
+             "paper SmolLM3 | paper Qwen3 |", "|---|---|---|---|---|---|---|---|---|"]
+    for part, v, smol, qwen in TABLE2:
+        seeds = seeds_of.get(v, []) if "a" in table.get(v, {}) else []
+        cells = ["-"] * 4
+        if seeds:
+            cells = ["{:+.1f} +- {:.1f}".format(*mean_std(100 * (table[v][m][key][s] - table["graft"][m][key][s])
+                                                          for s in seeds)) for m in "ab" for key in (weak[m], "mean")]
+        lines.append(f"| {part} | {LABELS[v]} | {len(seeds) or '-'} | " + " | ".join(cells) +
+                     f" | {smol:+.2f} | {qwen:+.2f} |")
+    return lines + ["", "w/o balancing sends every Eq. 4 candidate; the paper's row (App. G, \"SGT + GRAFT how\") also "
+                    "sends all-success peer groups (docs/differences.md). Choices for the rows the paper leaves open: "
+                    "docs/differences.md.", ""]
+
+
 def update_between_markers(path, name, text, tool="reproduce.py"):
     """Replace what stands between `<!-- TOOL: NAME -->` and `<!-- TOOL: end NAME -->` in the file at
     `path` with `text` (atomically); returns False if the file or its markers are missing."""
@@ -460,19 +513,32 @@ def main(argv=None):
     p.add_argument("--root", default=os.path.join("runs", "reproduce"), help="where the run folders go")
     p.add_argument("--results", default="results", help="where the tables and plots go")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
+    p.add_argument("--tables-only", action="store_true",
+                   help="run nothing: write the tables from the runs recorded in --results (no plots); an ablation "
+                        "not yet recorded for every seed shows '-' in Table 2 and is left out of the other tables")
     args = p.parse_args(argv)
-    args.argv = argv if argv is not None else sys.argv[1:]
+    args.argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--tables-only"]  # same numbers
     args.eval_every = args.eval_every or min(settings.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
     flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
-    settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
     args.records = os.path.join(args.results, "tiny_runs")
     # seed by seed, GRPO (4n) and (2n), the longest, first; a seed's stored runs as soon as its GRPO (n) run is done
     jobs = [job for seed in args.seeds for job in jobs_for(VARIANTS, [seed], flags, args.root)]
-    check_reuse(jobs, args.records)
-    todo = still_to_run(jobs, args.records, args.seeds[0])
-    print(f"reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")
-    run_jobs(todo, args.jobs, args.records)
-    seeds_of = {v: args.seeds for v in VARIANTS}
+    if args.tables_only:
+        check_reuse(jobs, args.records, flags_only=True)
+        todo = {os.path.basename(out) for _, _, out in jobs  # the variants with a seed not recorded
+                if not os.path.exists(os.path.join(record_of(args.records, out), "summary.json"))}
+        needed = [v for v in todo if v not in {row[1] for row in TABLE2} - {"grpo"}]  # all but the ablations
+        if needed:
+            raise SystemExit(f"reproduce.py --tables-only: {', '.join(sorted(needed))} not recorded for every seed in "
+                             f"{args.records}; the tables need them (run reproduce.py)")
+        seeds_of = {v: args.seeds for v in VARIANTS if v not in todo}
+    else:
+        settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
+        check_reuse(jobs, args.records)
+        todo = still_to_run(jobs, args.records, args.seeds[0])
+        print(f"reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")
+        run_jobs(todo, args.jobs, args.records)
+        seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.records, seeds_of)
     greedy = recorded_greedy(args.records, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall, greedy))
@@ -483,6 +549,8 @@ def main(argv=None):
             with open(os.path.join(args.results, file)) as f:
                 if update_between_markers(os.path.join(here, path), name, f.read()):
                     print(f"updated {path}")
+    if args.tables_only:
+        return
     bands = os.path.join(args.results, "accuracy_seeds.png")
     plots.plot_seed_bands({LABELS[v]: runs for v, runs in eval_curves(args.records, seeds_of).items()}, bands,
                           f"Held-out pass@1 (T 0.6) over training, mean +- std over seeds {args.seeds}")

@@ -34,7 +34,7 @@ BOOKKEEPING = ("out", "resume", "bar_position", "cache_dir", "machine", "sizes")
 # sizes: the `auto` batch sizes a run measured at its start (memory.resolve_auto_sizes), a result, not a setting
 # keys added after runs were recorded, with the value that does what those runs did (saved_config fills them in)
 ADDED_LATER = {"world_size": 1, "bf16_sampler": False, "fused_adamw": False, "memory_gib": None,
-               "max_prompt_tokens": 2048}
+               "max_prompt_tokens": 2048, "seq_ratio": False, "random_prompts": False, "random_admission": False}
 # keys that may change when a run is resumed: the number of steps (to extend the run, never to
 # end it before its checkpoint), how often it evaluates and checkpoints (evaluations are seeded
 # by their step, training does not see them), and the memory / placement settings (device,
@@ -136,7 +136,8 @@ def check_config(saved, new, where, fix, ignore=(), keys=None):
 
 
 def saved_config(out):
-    """out/config.json: the settings of the run that made folder `out`."""
+    """out/config.json: the settings of the run that made folder `out`. A setting added since that run was made
+    reads as the value it had in effect then, so that the folder (or reproduce.py's record of it) stays reusable."""
     path = os.path.join(out, "config.json")
     if not os.path.exists(path):
         raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "

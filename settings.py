@@ -155,6 +155,15 @@ def parse_args(argv=None):
     a("--peer-order", default="last", choices=["last", "first", "shuffle"], help="where peer minibatches go")
     a("--pooled", action="store_true", help="ablation: advantages over the receiver's and the peer's group together")
     a("--success-only", action="store_true", help="ablation: transfer only the peer's successful responses")
+    a("--seq-ratio", action="store_true",
+      help="ablation 'w/o token-level ratio': each peer response takes one sequence-level ratio, the geometric mean "
+           "of its token ratios (GSPO's), clipped with the same eps; self responses keep token ratios")
+    a("--random-prompts", action="store_true",
+      help="ablation 'random prompts, count-matched': as many prompts as GRAFT selects per receiver, drawn "
+           "uniformly from the whole batch whatever the rewards; the receiver's group there is replaced by the peer's")
+    a("--random-admission", action="store_true",
+      help="ablation 'random admission, count-matched' (Eq. 11): as many peer responses as the gate admits, drawn "
+           "uniformly from the selected groups, w = min(s, 1) with no floor")
     # evaluation
     a("--eval-every", type=int, default=5, help="evaluate held-out pass@1 every K steps (and at the end)")
     a("--eval-samples", type=int, default=8, help="samples per held-out problem (pass@1 = mean)")
@@ -219,6 +228,9 @@ def parse_args(argv=None):
     if cfg.prompts_per_step % world:
         p.error(f"--prompts-per-step {cfg.prompts_per_step} does not divide by the {world} processes of this torchrun: "
                 f"give a multiple of {world}, or another --nproc_per_node")
+    if cfg.random_prompts and cfg.pooled:
+        p.error("--random-prompts with --pooled: pooling assumes the receiver's group on a selected prompt is all-fail "
+                "(Eq. 12), which a randomly drawn prompt need not be; give one of the two")
     if cfg.method == "stored" and not cfg.peer_log:
         p.error("--method stored needs --peer-log runs/<grpo run>/trajectories.jsonl")
     if cfg.data in ("tiny", "arith") and (cfg.train_data or cfg.eval_data or cfg.eval_sets):

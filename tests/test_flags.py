@@ -43,6 +43,8 @@ BAD = [  # (flags, what the message must say)
     (["--threads", "0"], "--threads 0: out of range; give an integer >= 1"),
     (["--gen-batch", "0"], "--gen-batch 0: out of range; give an integer >= 1"),
     (["--micro-batch", "-2"], "--micro-batch -2: out of range; give an integer >= 1"),
+    (["--max-prompt-tokens", "0"], "--max-prompt-tokens 0: out of range; give an integer >= 1"),
+    (["--memory-gib", "0"], "--memory-gib 0.0: out of range; give a number > 0"),
     (["--weak-habit", "1.5"], "--weak-habit 1.5: a share of traces, give a number in [0, 1]"),
     (["--strong-habit", "-0.1"], "--strong-habit -0.1: a share of traces, give a number in [0, 1]"),
 ]
@@ -112,3 +114,16 @@ def test_the_coder_preset_passes_the_parse_time_checks():
     assert (cfg.method, cfg.data, cfg.model_b) == ("grpo", "arith", None)
     assert all(getattr(cfg, k) == v for k, v in preset.items())
     assert cfg.prompts_per_step % cfg.minibatches == 0  # each minibatch holds whole groups
+
+
+def test_the_table_2_ablation_flags_are_off_by_default_and_run_settings(capsys):
+    base = ["--model-a", "a", "--model-b", "b"]  # model paths given: settings.run_config loads nothing
+    flags = {"seq_ratio": "--seq-ratio", "random_prompts": "--random-prompts", "random_admission": "--random-admission"}
+    default = settings.parse_args(base)
+    assert all(getattr(default, key) is False for key in flags)
+    for key, flag in flags.items():
+        config = settings.run_config(settings.parse_args(base + [flag]), "graft")
+        assert config[key] is True and all(config[k] is False for k in flags if k != key)  # recorded in config.json
+    with pytest.raises(SystemExit) as e:  # pooling needs the receiver's group all-fail; a drawn prompt's need not be
+        settings.parse_args(base + ["--random-prompts", "--pooled"])
+    assert e.value.code == 2 and "--random-prompts with --pooled" in capsys.readouterr().err

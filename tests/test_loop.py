@@ -6,6 +6,7 @@ Rewards come from a deterministic stand-in (a hash of the text), so that random 
 mixed and all-fail groups and exchanges really happen; everything else is the real code."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -219,6 +220,69 @@ def test_no_balance_sends_every_candidate(policies, monkeypatch):
     graft_min.train_step(0, policies, batch(), cfg_for("--method", "graft"))
     graft_min.train_step(0, policies, batch(), cfg_for("--method", "graft", "--no-balance"))
     assert calls == [{"balance": True}, {"balance": False}]
+
+
+def test_random_prompts_replace_as_many_groups_as_graft_selects_at_drawn_prompts(policies, monkeypatch):
+    seen = capture_updates(monkeypatch)
+    cfg = cfg_for("--method", "graft", "--delta", "0", "--random-prompts")
+    probs = batch(step=6)  # the step of test_train_step_replaces_selected_groups_and_keeps_the_rest
+    metrics, groups = graft_min.train_step(6, policies, probs, cfg)
+    k = {m: groups[m].rewards.sum(1).long().tolist() for m in "ab"}
+    a_to_b, b_to_a = graft_min.select_exchange(k["a"], k["b"], cfg.n)
+    assert a_to_b and b_to_a
+    rng = random.Random(graft_min.seed_for(cfg, 6, "ab", "random-prompts"))  # seeded by (seed, step): resumes exactly
+    drawn = {"b": sorted(rng.sample(range(6), len(a_to_b))), "a": sorted(rng.sample(range(6), len(b_to_a)))}
+    assert drawn != {"b": a_to_b, "a": b_to_a}, "the draw equals GRAFT's choice at this step; pick another step"
+    for recv, src in (("b", "a"), ("a", "b")):
+        rows = seen[recv]
+        assert metrics[recv]["selected"] == len(drawn[recv])
+        for q in range(len(probs)):
+            own = [r for r in rows if r.prompt == q and not r.peer]
+            peer = [r for r in rows if r.prompt == q and r.peer]
+            if q in drawn[recv]:  # the peer's whole group instead of the receiver's, whatever either's rewards
+                assert own == [] and len(peer) == cfg.n
+                assert sorted(policies[recv].tok.decode(r.response_ids, skip_special_tokens=True) for r in peer) == \
+                    sorted(groups[src].texts[q * cfg.n:(q + 1) * cfg.n])
+            else:
+                assert peer == [] and len(own) == cfg.n
+
+
+def test_random_admission_admits_as_many_as_the_gate_drawn_at_random_with_min_s_1(policies):
+    recv, ro, peer = _peer_setup(policies)
+
+    def admitted(cfg, step):  # {text: (advantage, weight)} of the peer rows, all of them peer rows
+        rows, _ = graft_min.graft_groups(recv, ro, peer, [1], cfg, step)
+        assert all(r.peer for r in rows)
+        return {recv.tok.decode(r.response_ids, skip_special_tokens=True): (round(r.advantage, 5), round(r.weight, 5))
+                for r in rows}
+    a = round(0.5 / (math.sqrt(1 / 3) + 1e-6), 5)  # s = 1.2, 0.95, 0.6, 0.85 (_peer_setup)
+    full = {"1+1=2 \\boxed{2}": (a, 1.0), "5*5=25": (-a, 0.95), "\\boxed{9}": (a, 0.6), "3+4=7": (-a, 0.85)}
+    for flags, count in (([], 3), (["--delta", "0.9"], 2)):  # the gate admits 3 (s > 0.8), or 2 (s > 0.9)
+        cfg, draws = cfg_for("--random-admission", *flags), set()
+        for step in range(12):
+            got = admitted(cfg, step)
+            assert len(got) == count
+            assert all(got[t] == full[t] for t in got)  # source advantage, w = min(s, 1): no floor
+            assert admitted(cfg, step) == got  # seeded by (seed, step, receiver): a resumed step draws the same
+            draws.add(frozenset(got))
+        assert len(draws) > 2  # drawn, not the gate's choice; s = 0.6 <= delta is drawn too, with w = 0.6
+        assert any("\\boxed{9}" in d for d in draws)
+
+
+def test_seq_ratio_gives_the_sequence_ratio_to_peer_rows_only(policies, monkeypatch):
+    pol = policies["b"]
+    plain = cfg_for()
+    ro, g = graft_min.rollout_groups(pol, batch(), plain, 0)
+    adv = loss.group_advantages(g.rewards)
+    rows = [dataclasses.replace(r, peer=r.prompt in (1, 4)) for q in range(6) for r in graft_min.own_rows(ro, q, adv[q])]
+    calls, real = [], loss.policy_loss
+    monkeypatch.setattr(loss, "policy_loss", lambda *a: calls.append(a[7].tolist()) or real(*a))
+    order = [r.peer for mb in graft_min.minibatches(rows, plain.minibatches, "last", random.Random(0)) for r in mb]
+    assert order == [False] * 12 + [True] * 8 + [False] * 4  # minibatch 2: prompts 1 and 4 (peer) and 5 (own)
+    for cfg, expected in ((plain, [False] * 24), (cfg_for("--seq-ratio"), order)):
+        calls.clear()
+        graft_min.update(copy.deepcopy(pol), rows, cfg, random.Random(0))
+        assert [x for call in calls for x in call] == expected  # one micro-batch per minibatch here
 
 
 # ---------------------------------------------------------------- runs: stored mode, resume

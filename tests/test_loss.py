@@ -276,6 +276,146 @@ def test_clipped_token_mask_marks_only_zero_gradient_tokens():
     assert m_neg.tolist() == [[False, False, True, False]]
 
 
+# ---------------------------------------------------------------- --seq-ratio: one sequence-level ratio per peer row
+
+def _seq_case():
+    """Four rows, T = 3, float64, padding holding +-1e4 garbage. Token ratios (exp of logprobs - old):
+    row 0 (token ratios) [1.5, 1.1], a = +1, w 1; row 1 (sequence) [1.44, 1.0], a = +1, w 0.5;
+    row 2 (sequence) [0.25, 1, 1], a = -1, w 1; row 3 (sequence) [2.0, 1.0], a = -1, w 1."""
+    ratios = [[1.5, 1.1, None], [1.44, 1.0, None], [0.25, 1.0, 1.0], [2.0, 1.0, None]]
+    old = torch.tensor([[-1.0, -2.0, 1e4], [-0.5, -1.5, -1e4], [-2.0, -0.3, -1.0], [-1.2, -0.7, 1e4]], dtype=torch.float64)
+    mask = torch.tensor([[r is not None for r in row] for row in ratios])
+    lp = torch.tensor([[o + math.log(r) if r is not None else -o for o, r in zip(orow, row)]
+                       for orow, row in zip(old.tolist(), ratios)], dtype=torch.float64)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
+    w = torch.tensor([1.0, 0.5, 1.0, 1.0], dtype=torch.float64)
+    return lp, old, adv, w, mask, torch.tensor([False, True, True, True])
+
+
+def test_sequence_ratio_hand_values_and_gradient():
+    lp, old, adv, w, mask, seq = _seq_case()
+    lp.requires_grad_(True)
+    out, stats = loss.policy_loss(lp, old, adv, w, mask, 0.2, 0.28, seq_ratio=seq)
+    (g,) = torch.autograd.grad(out, lp)
+    # row 0, token ratios: min(1.5, 1.28) + 1.1 = 2.38; gradient only on the second token (1.1)
+    # row 1: s = sqrt(1.44 * 1.0) = 1.2, inside the clip range: 0.5 * 2 tokens * 1.2 = 1.2; each token's gradient
+    #   w a s = 0.6, the first token's too (its own ratio 1.44 would be clipped)
+    # row 2: s = 0.25^(1/3) = 0.63 < 0.8 with a < 0: clipped, 3 tokens * -0.8 = -2.4, no gradient on any token
+    # row 3: s = sqrt(2) = 1.41421 with a < 0: unclipped, 2 * -1.41421; each token's gradient w a s = -1.41421
+    N = 9  # token-mean divisor: 2 + 2 + 3 + 2, every token once
+    J = (2.38 + 1.2 - 2.4 - 2 * math.sqrt(2)) / N
+    assert out.item() == pytest.approx(-J, abs=1e-12)
+    expected = torch.tensor([[0, -1.1, 0], [-0.6, -0.6, 0], [0, 0, 0], [math.sqrt(2), math.sqrt(2), 0]],
+                            dtype=torch.float64) / N  # d(-J)/d logp
+    torch.testing.assert_close(g, expected, atol=1e-12, rtol=0)
+    assert stats["clip_frac"] == pytest.approx((1 + 3) / N)  # row 0's first token; all of row 2
+    # the same tensors with token ratios everywhere: row 1's first token clipped (1.28 + 1.0), row 2's tokens each
+    # max(rho, 0.8) * -1 = -0.8 -1 -1, row 3's -2 - 1: the flag changes the numbers
+    token, _ = loss.policy_loss(lp.detach(), old, adv, w, mask, 0.2, 0.28)
+    assert token.item() == pytest.approx(-(2.38 + 0.5 * 2.28 - 2.8 - 3.0) / N, abs=1e-12)
+
+
+def test_clipped_token_mask_with_sequence_ratio_is_all_or_nothing_per_row():
+    lp, old, adv, w, mask, seq = _seq_case()
+    assert loss.clipped_token_mask(lp, old, adv, mask, seq_ratio=seq).tolist() == [
+        [True, False, False], [False, False, False], [True, True, True], [False, False, False]]
+    assert loss.clipped_token_mask(lp, old, adv, mask).tolist() == [  # token ratios: each token on its own
+        [True, False, False], [True, False, False], [True, False, False], [False, False, False]]
+
+
+def test_sequence_ratio_off_or_all_false_leaves_value_and_gradient_bit_equal():
+    lp, old, adv, w, mask, _ = _seq_case()
+    results = []
+    for seq in (None, torch.zeros(4, dtype=torch.bool)):
+        x = lp.clone().requires_grad_(True)
+        out, stats = loss.policy_loss(x, old, adv, w, mask, seq_ratio=seq)
+        results.append((out.detach(), torch.autograd.grad(out, x)[0], stats))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    assert results[0][2] == results[1][2]
+
+
+def test_sequence_ratio_at_ratio_one_has_the_token_level_gradient():
+    # at theta = theta_old every ratio is 1 and d s_j / d logp_jt = 1 / |o_j|: each row's |o_j| tokens add up to
+    # the token-level policy gradient, so the first minibatch (and --grad-split) is the same under --seq-ratio
+    torch.manual_seed(0)
+    lp = -torch.rand(3, 5, dtype=torch.float64) * 3
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    adv, w = torch.tensor([1.5, -0.5, 0.25], dtype=torch.float64), torch.tensor([1.0, 0.7, 0.9], dtype=torch.float64)
+    grads = []
+    for seq in (None, torch.ones(3, dtype=torch.bool)):
+        x = lp.clone().requires_grad_(True)
+        out, _ = loss.policy_loss(x, lp, adv, w, mask, seq_ratio=seq)
+        grads.append((out.item(), torch.autograd.grad(out, x)[0]))
+    assert grads[0][0] == pytest.approx(grads[1][0], abs=1e-12)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-12, rtol=0)
+
+
+def _reference_with_sequence_rows(lp, old, adv, w, mask, seq, eps_low, eps_high):
+    """Independent plain-Python reference of -J and d(-J)/d logp: rows in seq take s_j = exp(mean_t(logp - old))
+    over their masked tokens for every token; a token's gradient is -w a ratio / N where the unclipped branch of
+    the min is taken (for a sequence row, d s_j / d logp_jt = s_j / |o_j|, summed over its |o_j| tokens' values)."""
+    count = sum(sum(1 for t in row if t) for row in mask)
+    value, grad = 0.0, [[0.0] * len(row) for row in lp]
+    for j in range(len(lp)):
+        tokens = [t for t in range(len(lp[j])) if mask[j][t]]
+        s = math.exp(sum(lp[j][t] - old[j][t] for t in tokens) / len(tokens))
+        for t in tokens:
+            rho = s if seq[j] else math.exp(lp[j][t] - old[j][t])
+            clipped = min(max(rho, 1 - eps_low), 1 + eps_high)
+            value += w[j] * min(rho * adv[j], clipped * adv[j])
+            flows = not ((adv[j] > 0 and rho > 1 + eps_high) or (adv[j] < 0 and rho < 1 - eps_low))
+            if flows and seq[j]:
+                for u in tokens:  # this token's value s * a moves with every token of the row
+                    grad[j][u] -= w[j] * adv[j] * s / len(tokens) / count
+            elif flows:
+                grad[j][t] -= w[j] * adv[j] * rho / count
+    return -value / count, grad
+
+
+def test_sequence_ratio_matches_independent_reference_with_padding_garbage():
+    g = torch.Generator().manual_seed(11)
+    checked = 0
+    for trial in range(30):
+        B, T = 2 + trial % 4, 2 + (5 * trial) % 7
+        lp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 4
+        old = lp + 0.35 * torch.randn(B, T, generator=g, dtype=torch.float64)
+        lens = torch.randint(1, T + 1, (B,), generator=g)
+        mask = torch.arange(T)[None, :] < lens[:, None]
+        garbage = torch.where(torch.rand(B, T, generator=g) < 0.5, 1e4, -1e4).double()
+        lp, old = torch.where(mask, lp, garbage), torch.where(mask, old, -garbage)  # padding: finite garbage
+        adv = torch.randn(B, generator=g, dtype=torch.float64)
+        w = torch.rand(B, generator=g, dtype=torch.float64)
+        seq = torch.rand(B, generator=g) < 0.6
+        value, grad = _reference_with_sequence_rows(lp.tolist(), old.tolist(), adv.tolist(), w.tolist(),
+                                                    mask.tolist(), seq.tolist(), 0.2, 0.28)
+        x = lp.clone().requires_grad_(True)
+        out, _ = loss.policy_loss(x, old, adv, w, mask, 0.2, 0.28, seq_ratio=seq)
+        (gx,) = torch.autograd.grad(out, x)
+        assert out.item() == pytest.approx(value, rel=1e-10, abs=1e-12)
+        torch.testing.assert_close(gx, torch.tensor(grad, dtype=torch.float64), atol=1e-12, rtol=1e-10)
+        checked += int(seq.any() and not seq.all())
+    assert checked >= 10  # most trials mix sequence rows and token rows
+
+
+# ---------------------------------------------------------------- --random-admission (Eq. 11)
+
+def test_random_admission_draws_count_responses_with_capped_weight_and_no_floor():
+    s = torch.tensor([1.3, 0.9, 0.5, 0.81, 0.2])
+    draws = []
+    for seed in range(600):
+        w = loss.random_admission_weight(s, 3, seed)
+        kept = (w > 0).nonzero().flatten().tolist()
+        assert len(kept) == 3
+        torch.testing.assert_close(w[kept], s[kept].clamp(max=1.0))  # min(s, 1), the 0.5 and the 0.2 too
+        assert torch.equal(w, loss.random_admission_weight(s, 3, seed))  # the seed fixes the draw
+        draws.append(tuple(kept))
+    assert len(set(draws)) == 10  # every 3 of 5 occurs
+    for i in range(5):  # uniform: each response is drawn 3/5 of the time (600 draws: sd 0.02)
+        assert abs(sum(i in d for d in draws) / 600 - 0.6) < 0.08
+    assert torch.equal(loss.random_admission_weight(s, 0, 1), torch.zeros(5))
+    torch.testing.assert_close(loss.random_admission_weight(s, 5, 1), torch.tensor([1.0, 0.9, 0.5, 0.81, 0.2]))
+
+
 # ---------------------------------------------------------------- optional k3 KL
 
 def test_k3_kl_hand_value_and_zero():

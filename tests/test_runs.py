@@ -81,6 +81,21 @@ def test_resume_refuses_other_settings_and_names_each_key(model_dirs, tmp_path):
     assert folder_bytes(out) == before  # refused before touching anything
 
 
+def test_the_table_2_ablation_flags_are_run_settings_and_older_folders_read_them_as_off(tmp_path):
+    flags = {"seq_ratio": "--seq-ratio", "random_prompts": "--random-prompts", "random_admission": "--random-admission"}
+    base = ["--model-a", "a", "--model-b", "b", "--method", "graft"]  # model paths given: nothing loads
+    config = settings.run_config(settings.parse_args(base), "graft")
+    out = tmp_path / "run"  # a folder from before these flags: its config.json lacks them
+    runlog.write_json(str(out / "config.json"), {k: v for k, v in config.items() if k not in flags})
+    saved = runlog.saved_config(str(out))
+    assert all(saved[k] is False for k in flags)
+    assert runlog.check_resume(str(out), saved, config, 0) == []  # the run as it was: resumes
+    for key, flag in flags.items():  # with the ablation on it is another experiment: refused by name
+        with pytest.raises(runlog.ConfigMismatch) as e:
+            runlog.check_resume(str(out), saved, settings.run_config(settings.parse_args(base + [flag]), "graft"), 0)
+        assert differing_keys(e.value) == {key} and f"{key}: saved false, now true" in str(e.value)
+
+
 def test_resume_may_extend_and_change_cadence_but_not_end_before_its_checkpoint(model_dirs, tmp_path):
     out = tmp_path / "run"
     run(model_dirs, out, "--method", "graft", "--steps", "2")
@@ -308,19 +323,18 @@ def _summary(start, end, all_fail, reward):
     return {"wall_seconds": 60.0, "models": {"a": model("a"), "b": model("b")}}
 
 
-def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
-    # a world of two whole families (--no-world-split): A weak on add, B on mul (the preset's split world is addc / mulc)
-    monkeypatch.setattr(reproduce, "weak_family", {"a": "add", "b": "mul"}.get)
+def _records(root, variants):
+    """Records of runs of seeds 0 and 1 as reproduce.collect and write_results read them, in a world of two whole
+    families (add, mul); every family of a variant gains its gain over the start (plus 0.02 on seed 1); the
+    sequence-ratio runs gain 0.075, and 0.01 more on seed 1. Returns the start values."""
     start = {"a": {"add": 0.10, "mul": 0.50}, "b": {"add": 0.70, "mul": 0.05}}
-    root = tmp_path / "runs"
     for seed, bump in ((0, 0.0), (1, 0.02)):
-        for variant in reproduce.VARIANTS:
-            gain = {"grpo": 0.05, "grpo_2n": 0.07, "grpo_4n": 0.08, "graft": 0.09}.get(variant, 0.06) + bump
+        for variant in variants:
+            gain = {"grpo": 0.05, "grpo_2n": 0.07, "grpo_4n": 0.08, "graft": 0.09, "seq_ratio": 0.075}.get(variant, 0.06)
+            gain += bump + (0.01 if (variant, seed) == ("seq_ratio", 1) else 0.0)
             end = {m: {f: v + gain for f, v in fams.items()} for m, fams in start.items()}
             runlog.write_json(str(root / f"seed{seed}" / variant / "summary.json"),
                               _summary(start, end, (0.8, 0.6 - bump), (0.1, 0.2)))
-    seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
-    table, wall = reproduce.collect(str(root), seeds_of)
     for seed in (0, 1):  # held-out curves: evaluations at steps 0 and 7, the end value at step 7
         for variant, gain in (("grpo", 0.05), ("grpo_2n", 0.07), ("grpo_4n", 0.08), ("graft", 0.09)):
             with open(root / f"seed{seed}" / variant / "evals.jsonl", "w") as f:
@@ -341,12 +355,24 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
                                     "tokens_self": 70}) + "\n")
         runlog.write_json(str(folder / "exchange.json"), reproduce.exchange_stats(str(folder)))  # as record_run does
         os.remove(folder / "trajectories.jsonl"), os.remove(folder / "metrics.jsonl")  # the tables need only records
+    return start
+
+
+# near-greedy evaluations as greedy_evals returns them: start and end per seed
+GREEDY = {v: {m: {"start": {f: {0: 0.2, 1: 0.3} for f in ("add", "mul")},
+                  "end": {f: {0: end_g, 1: end_g + 0.1} for f in ("add", "mul")}} for m in "ab"}
+          for v, end_g in (("grpo", 0.4), ("graft", 0.5))}
+
+
+def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
+    # a world of two whole families (--no-world-split): A weak on add, B on mul (the preset's split world is addc / mulc)
+    monkeypatch.setattr(reproduce, "weak_family", {"a": "add", "b": "mul"}.get)
+    root = tmp_path / "runs"
+    _records(root, reproduce.VARIANTS)
+    seeds_of = {v: [0, 1] for v in reproduce.VARIANTS}
+    table, wall = reproduce.collect(str(root), seeds_of)
     args = argparse.Namespace(argv=["--steps", "7"], steps=7, jobs=2, root=str(root), records=str(root))
-    # near-greedy evaluations as greedy_evals returns them: start and end per seed
-    greedy = {v: {m: {"start": {f: {0: 0.2, 1: 0.3} for f in ("add", "mul")},
-                      "end": {f: {0: end_g, 1: end_g + 0.1} for f in ("add", "mul")}} for m in "ab"}
-              for v, end_g in (("grpo", 0.4), ("graft", 0.5))}
-    text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall, greedy)
+    text = reproduce.write_results(table, seeds_of, args, str(tmp_path / "results"), wall, GREEDY)
     # B mul: start 0.05 at T 0.6 and 0.25 near-greedy; GRPO 0.05 + 0.05 / 0.07 -> 0.110 and 0.45; GRAFT 0.150 and 0.55
     assert "| B | mul | 0.050 | 0.250 | 0.110 | 0.450 | 0.150 | 0.550 |" in text
     # weak families A add, B mul; GRPO gained 0.05 / 0.07 over the start on the two seeds
@@ -367,6 +393,71 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     headline = (tmp_path / "results" / "headline.md").read_text()
     assert "| A | add (weak) | 0.100 | 0.160 | 0.180 | 0.190 | 0.200 | +0.040 |" in headline
     assert "| B | mul (weak) | 0.050 | 0.110 | 0.130 | 0.140 | 0.150 | +0.040 |" in headline
+    # Table 2 in the paper's layout: every row, change vs GRAFT in points on the weak family and the mean, per model
+    rows = [line for line in text.split("#### Table 2")[1].split("\n\n")[1].splitlines() if not line.startswith("|---")]
+    assert [r.split(" | ")[1] for r in rows[1:]] == [reproduce.LABELS[v] for _, v, _, _ in reproduce.TABLE2]
+    assert "| component removal | w/o gate (w = 1) | 2 | " + " | ".join(["-3.0 +- 0.0"] * 4) + " | -8.36 | -2.51 |" in text
+    # sequence ratio: -1.5 on seed 0 and -0.5 on seed 1 (mean -1.0, sample std 0.7)
+    assert ("| component removal | w/o token-level ratio (sequence ratio) | 2 | " + " | ".join(["-1.0 +- 0.7"] * 4) +
+            " | -1.85 | -0.45 |") in text
+    assert "| threshold (Table 7) | delta = 0.9 | 2 | " + " | ".join(["-3.0 +- 0.0"] * 4) + " | -0.92 | -1.54 |" in text
+    assert "| baseline | GRPO (n) | 2 | " + " | ".join(["-4.0 +- 0.0"] * 4) + " | -4.46 | -2.24 |" in text
+    assert "| part | variant | seeds | A add (weak) | A mean | B mul (weak) | B mean | paper SmolLM3 | paper Qwen3 |" in text
+    # rows whose runs are not recorded yet render as '-', and leave the other tables
+    some = {v: s for v, s in seeds_of.items() if v not in ("random_prompts", "pooled")}
+    table, wall = reproduce.collect(str(root), some)
+    text = reproduce.write_results(table, some, args, str(tmp_path / "results"), wall, GREEDY)
+    assert "| random selection | random prompts (count-matched) | - | - | - | - | - | -2.40 | -1.58 |" in text
+    assert "| transfer rule (2b) | pooled groups | - | - | - | - | - | -3.99 | -2.66 |" in text
+    assert "| random admission (count-matched) | 2 |" in text and "| pooled groups | 2 |" not in text
+
+
+def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce, "weak_family", {"a": "add", "b": "mul"}.get)
+    monkeypatch.setattr(reproduce, "run_jobs", lambda *a: pytest.fail("--tables-only ran a job"))
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: pytest.fail("--tables-only warm-started the tiny pair"))
+    monkeypatch.setattr(reproduce, "recorded_greedy", lambda records, seeds_of: GREEDY)
+    results = tmp_path / "results"
+    missing = ("seq_ratio", "delta_07")
+    _records(results / "tiny_runs", [v for v in reproduce.VARIANTS if v not in missing])
+    argv = ["--tables-only", "--seeds", "0", "1", "--steps", "7", "--results", str(results)]
+    jobs = reproduce.jobs_for(reproduce.VARIANTS, [0, 1], ["--steps", "7", "--eval-every", "1", "--threads", "1"],
+                              os.path.join("runs", "reproduce"))  # main's jobs for these arguments
+    for cfg, method, out in jobs:  # each record's config.json: the settings its run was made with
+        if os.path.basename(out) not in missing:
+            record = reproduce.record_of(str(results / "tiny_runs"), out)
+            config = {**vars(cfg), "method": method} if "graft" not in out else \
+                {**runlog.read_json(os.path.join(record, "config.json")), **vars(cfg), "method": method}
+            runlog.write_json(os.path.join(record, "config.json"), config)
+    reproduce.main(argv)
+    text = (results / "tiny_results.md").read_text()
+    assert text.startswith("### Tiny-pair results (7 steps per run)\n\nWritten by `python reproduce.py --seeds 0 1 --steps")
+    assert "| component removal | w/o token-level ratio (sequence ratio) | - | - | - | - | - | -1.85 | -0.45 |" in text
+    assert "| threshold (Table 7) | delta = 0.7 | - | - | - | - | - | -2.89 | -0.54 |" in text
+    assert "| threshold (Table 7) | delta = 0.9 | 2 | " + " | ".join(["-3.0 +- 0.0"] * 4) + " | -0.92 | -1.54 |" in text
+    assert not (results / "accuracy_seeds.png").exists()  # tables only
+    # a record made with other settings is refused by name, as reproduce.py refuses to reuse it
+    record = reproduce.record_of(str(results / "tiny_runs"), jobs[-1][2])
+    config = runlog.read_json(os.path.join(record, "config.json"))
+    runlog.write_json(os.path.join(record, "config.json"), {**config, "steps": 8})
+    with pytest.raises(SystemExit, match="steps: saved 8, now 7"):
+        reproduce.main(argv)
+    runlog.write_json(os.path.join(record, "config.json"), config)
+    # the tables need GRPO, GRAFT and the stored runs recorded; without one, --tables-only says which
+    shutil.rmtree(results / "tiny_runs" / "seed1" / "stored_b")
+    with pytest.raises(SystemExit, match="stored_b not recorded for every seed"):
+        reproduce.main(argv)
+
+
+def test_the_committed_records_stay_reusable_with_the_flags_added_since():
+    # results/tiny_runs' 50 runs were recorded before --seq-ratio, --random-prompts and --random-admission: reproduce.py
+    # must still take them as its own (their config.json lacks the keys, read as off), on every flag it sets
+    flags = ["--steps", "32", "--eval-every", "8", "--threads", "1"]
+    jobs = reproduce.jobs_for(reproduce.VARIANTS, [0, 1, 2, 3, 4], flags, os.path.join("runs", "reproduce"))
+    records = os.path.join(ROOT, "results", "tiny_runs")
+    recorded = [job for job in jobs if os.path.exists(os.path.join(reproduce.record_of(records, job[2]), "summary.json"))]
+    assert len(recorded) >= 50
+    reproduce.check_reuse(jobs, records, flags_only=True)
 
 
 def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_dirs, tmp_path, monkeypatch):

@@ -1,9 +1,13 @@
-"""Tests for graft_min.select_exchange: Eq. 4's gate, balancing and select-with-ties."""
+"""Tests for graft_min.select_exchange: Eq. 4's gate, balancing and select-with-ties; and graft_min.exchange's
+--random-prompts ablation: as many prompts as GRAFT selects, drawn from the whole batch."""
+
+import random
 
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
-from graft_min import select_exchange
+from graft_min import exchange, select_exchange
 
 
 def test_hand_example_gate_and_balance():
@@ -99,3 +103,53 @@ def test_property_gate_balance_and_reference(data, balance):
         m = min(len(_reference(k_a, k_b, n, False)[0]), len(_reference(k_a, k_b, n, False)[1]))
         assert (len(a_to_b) == 0) == (len(b_to_a) == 0) == (m == 0)
         assert len(a_to_b) >= m and len(b_to_a) >= m
+
+
+# ---------------------------------------------------------------- --random-prompts (App. G, count-matched)
+
+def _k(k_a, k_b):
+    return {"a": torch.tensor(k_a), "b": torch.tensor(k_b)}  # as train_step holds them
+
+
+def test_random_prompts_draw_graft_s_count_per_receiver_from_the_whole_batch():
+    n = 8
+    k_a = [5, 3, 3, 3, 1, 0, 0, 8]
+    k_b = [0, 0, 0, 0, 0, 2, 7, 8]
+    # GRAFT: A -> B keeps q0 and the three tied at 3 (4 prompts), B -> A sends q5, q6 (2 prompts): as in
+    # test_ties_with_the_mth_candidate_are_kept, plus q7, all-success for both (never a candidate)
+    assert exchange(_k(k_a, k_b), n, True, 0, 8) == {"b": [0, 1, 2, 3], "a": [5, 6]}
+    draws = {"a": [], "b": []}
+    for seed in range(500):
+        got = exchange(_k(k_a, k_b), n, True, 0, 8, random.Random(seed))
+        assert got == exchange(_k(k_a, k_b), n, True, 0, 8, random.Random(seed))  # seeded: a resumed step agrees
+        rng = random.Random(seed)  # the draw restated: B's prompts first, then A's, without replacement
+        assert got == {"b": sorted(rng.sample(range(8), 4)), "a": sorted(rng.sample(range(8), 2))}
+        for recv, count in (("b", 4), ("a", 2)):
+            assert len(got[recv]) == count and got[recv] == sorted(set(got[recv]))
+            draws[recv].append(tuple(got[recv]))
+    for recv, count, subsets in (("b", 4, 70), ("a", 2, 28)):
+        assert len(set(draws[recv])) == subsets  # every subset of the batch occurs: any receiver group, any source
+        for q in range(8):  # uniform over the batch: prompt q drawn count / 8 of the time (500 draws: sd <= 0.022)
+            assert abs(sum(q in d for d in draws[recv]) / 500 - count / 8) < 0.08
+    # the receivers' own mixed or all-success groups and the sources' all-fail or all-success ones are drawn too
+    assert any(7 in d for d in draws["b"]) and any(5 in d for d in draws["b"]) and any(0 in d for d in draws["a"])
+
+
+def test_random_prompts_follow_graft_s_count_without_balance_and_draw_none_when_graft_sends_none():
+    n = 4
+    k_a, k_b = [2, 0, 3, 0, 1, 4, 0], [0, 2, 0, 0, 0, 0, 1]  # test_hand_example_gate_and_balance: 3 and 2 candidates
+    got = exchange(_k(k_a, k_b), n, False, 0, 7, random.Random(3))
+    assert (len(got["b"]), len(got["a"])) == (3, 2)
+    got = exchange(_k(k_a, k_b), n, True, 0, 7, random.Random(3))
+    assert (len(got["b"]), len(got["a"])) == (2, 2)
+    assert exchange(_k([3, 5, 1, 8], [0, 0, 0, 2]), 8, True, 0, 4, random.Random(3)) == {"b": [], "a": []}  # m = 0
+
+
+def test_random_prompts_are_one_draw_over_the_whole_batch_that_each_rank_cuts_to_its_share():
+    k_a, k_b = [5, 3, 3, 3, 1, 0, 0, 8], [0, 0, 0, 0, 0, 2, 7, 8]
+    for seed in range(20):
+        whole = exchange(_k(k_a, k_b), 8, True, 0, 8, random.Random(seed))
+        parts = [exchange(_k(k_a, k_b), 8, True, start, 4, random.Random(seed)) for start in (0, 4)]
+        for recv in "ab":  # local indices on each rank; together exactly the whole batch's draw
+            assert all(0 <= q < 4 for part in parts for q in part[recv])
+            assert parts[0][recv] + [q + 4 for q in parts[1][recv]] == whole[recv]
