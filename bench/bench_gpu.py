@@ -20,7 +20,8 @@ bench/gpu_check.sh, one call):
 4. update     response tokens per second of graft_min.update (one minibatch: 64 sequences of 256 prompt and 1024
               response tokens at the small shape) at micro-batch 2 and at the auto size, both architectures.
 
-Each sampler variant runs in its own try: a variant that fails prints its error and the others go on.
+Each sampler variant and each update measurement runs in its own try: one that fails prints its error and the others
+go on; --json is rewritten after every section, so a time-out keeps every figure measured before it.
 """
 
 import argparse
@@ -205,12 +206,13 @@ def update_rate(path, device, micro, toy):
     graft_min.update(pol, rows[:2], cfg, random.Random(0))  # warm-up
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()  # the model, its copy, AdamW: the peak is counted above them
     sync(device)
     t0 = time.perf_counter()
     graft_min.update(pol, rows, cfg, random.Random(0))
     sync(device)
     seconds = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+    peak = (torch.cuda.max_memory_allocated() - before) / 2**30 if device.startswith("cuda") else None
     return {"micro_batch": cfg.micro_batch, "tokens_per_s": len(rows) * shape["response"] / seconds,
             "seconds": seconds, "peak_gib": peak}
 
@@ -248,14 +250,21 @@ def main(argv=None):
     batch, contexts, new_tokens = (4, (8, 16), 6) if toy else (256, (128, 512, 1024), 32)
     result = {"device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
               "stack": settings.software_stack(device)}
+
+    def save():  # after every section: a time-out of the call keeps what was measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
     print(f"device: {result['device']}; {json.dumps(result['stack'])}", flush=True)
     if "ceilings" in sections:
         result["copy_gb_s"], result["bf16_tflop_s"] = ceilings(device, toy)
         print(f"ceilings: copy {result['copy_gb_s']:.0f} GB/s, bf16 matmul {result['bf16_tflop_s']:.0f} TFLOP/s",
               flush=True)
+        save()
     if "tiny_gap" in sections:
         result["gap_tiny"] = tiny_gap(device, args.cache_dir)
         print(f"tiny pair (trained weights), sampler-vs-scorer gap: {json.dumps(result['gap_tiny'])}", flush=True)
+        save()
     kinds = args.samplers.split(",")
     unknown = set(kinds) - set(SAMPLERS)
     if unknown:
@@ -278,29 +287,37 @@ def main(argv=None):
                       f"{cache_dtype(copy, device)}", flush=True)
                 decode_rows(result, label, {"fp32+autocast": master, "bf16": copy}, first, batch, contexts,
                             new_tokens, device)
+                save()
             if "gap" in sections:
                 ids, mask = prompts(min(batch, 64), contexts[0], master.config.vocab_size, seed=2)
                 g = gap(master, copy, tok, [r[m.bool()].tolist() for r, m in zip(ids, mask)], new_tokens * 4)
                 result.setdefault("gap", {})[label] = g
                 print(f"\n{label} (random weights), sampler-vs-scorer gap: {json.dumps(g)}", flush=True)
-            del master, copy
+                save()
+            del master, copy  # freed now: no reference cycle holds a model (pairs.autocast_bf16)
             if "update" in sections:
                 for micro in (2, "auto"):
-                    r = update_rate(path, device, micro, toy)
+                    try:
+                        r = update_rate(path, device, micro, toy)
+                    except Exception as e:  # noqa: BLE001 - printed with its type, then the next measurement
+                        print(f"\n{label}: update at micro-batch {micro} failed: {type(e).__name__}: {str(e)[:300]}",
+                              flush=True)
+                        result.setdefault("update", {}).setdefault(label, []).append(f"failed: {type(e).__name__}: {e}")
+                        continue
                     result.setdefault("update", {}).setdefault(label, []).append(r)
                     print(f"\n{label}: update at micro-batch {r['micro_batch']}: {r['tokens_per_s']:.0f} response "
-                          f"tokens/s ({r['seconds']:.1f} s" + (f", peak {r['peak_gib']:.1f} GiB)" if r["peak_gib"]
-                                                              else ")"), flush=True)
+                          f"tokens/s ({r['seconds']:.1f} s" + (f", peak {r['peak_gib']:.1f} GiB above the weights)"
+                                                              if r["peak_gib"] else ")"), flush=True)
+                    save()
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
         # the other samplers last: a time-out of the call then cuts these first
         for label, path in built if "decode" in sections and extra else ():
             _, copy, _ = load_pair(path, device)
             decode_rows(result, label, {kind: copy for kind in extra}, extra, batch, contexts, new_tokens, device)
+            save()
             del copy
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    save()
     return result
 
 

@@ -1,6 +1,6 @@
 """The `--pair small` shape, measured: GRAFT steps of its two architectures at their real sizes, on random weights.
 
-    python bench/bench_small.py --device cuda [--steps 2] [--tokenizers DIR] [--memory-cap-gib 24] [graft_min flags]
+    python bench/bench_small.py --device cuda [--steps 2] [--tokenizers DIR] [--memory-gib 22] [graft_min flags]
     python bench/bench_small.py --toy [--steps 1]          # 2 narrow layers, 4 prompts x 4, 8 tokens: CPUs, tests
     python bench/bench_small.py --auto-sizes 24,80,141     # the preset's auto batch sizes on such cards (no device)
 
@@ -10,14 +10,15 @@ fetched Qwen2.5-Coder-0.5B-Instruct and SmolLM2-135M-Instruct (`python pairs.py 
 chat templates), or the folders DIR/qwen and DIR/smollm2. Each model is saved and loaded by graft_min.make_policy,
 then GRAFT steps run at the `small` preset's shape (settings.PRESETS["small"]: 32 GSM8K prompts x 8 responses of
 up to 1024 new tokens, 4 minibatches, bf16 autocast and on CUDA sampling from a bf16 copy, gradient checkpointing,
---gen-batch and --micro-batch auto: memory.auto_batch_sizes, printed). --memory-cap-gib plays a smaller card on a
-larger one (torch.cuda.set_per_process_memory_fraction): the auto sizes then fit the cap.
+--gen-batch and --micro-batch auto: memory.auto_batch_sizes, printed; fused AdamW). graft_min's --memory-gib plays a
+smaller card on a larger one (memory.cap_memory caps the allocator): the auto sizes then fit the cap.
 Random weights never sample an end id early: every response is the full 1024 tokens, the worst case. Random text
 never verifies either, so rewards come from a hash of each text (right with probability 1/3): groups mix, GRAFT
 exchanges, and scoring peer responses is timed too.
-Prints per step the seconds of each phase (both models), tokens per second, peak memory, and the hours of a
-100-step run from the last step, without and with the preset's evaluations (estimated from the step's sampling
-rate: eval_problems x eval_samples responses of the full length per model, at steps 0, 10, ..., 100).
+Prints each phase as it finishes (a model's sampling, scoring, update), then per step the seconds of each phase (both
+models), tokens per second, peak memory, and the hours of a 100-step run from the last step, without and with the
+preset's evaluations (estimated from the step's sampling rate: eval_problems x eval_samples responses of the full
+length per model, at steps 0, 10, ..., 100). --json is rewritten after every step, so a time-out keeps what ended.
 """
 
 import argparse
@@ -112,8 +113,6 @@ def main(argv=None):
     p.add_argument("--tokenizers", default=None,
                    help="folder with qwen/ and smollm2/ tokenizer folders (default: the fetched models' own)")
     p.add_argument("--json", default=None, help="also write the per-step figures to this JSON file")
-    p.add_argument("--memory-cap-gib", type=float, default=None,
-                   help="CUDA: cap this process's memory (a smaller card on a larger one); auto sizes fit the cap")
     p.add_argument("--auto-sizes", default=None, metavar="GIB,GIB",
                    help="only print the auto batch sizes on cards of these sizes (no model built, no device needed)")
     args, rest = p.parse_known_args(argv)
@@ -121,9 +120,6 @@ def main(argv=None):
                                *(TOY_FLAGS if args.toy else []), *rest])
     if args.auto_sizes:
         return auto_sizes([float(x) for x in args.auto_sizes.split(",")], cfg)
-    if args.memory_cap_gib and cfg.device.startswith("cuda"):
-        total = torch.cuda.get_device_properties(cfg.device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2**30 / total), cfg.device)
     args.train_data = cfg.train_data
     toks = tokenizer_dirs(args.tokenizers)
     graft_min.reward = hash_reward
@@ -133,8 +129,19 @@ def main(argv=None):
     def counting(*a, **kw):
         ro = sample(*a, **kw)
         generated.append(sum(len(r) for r in ro.response_ids))
+        print(f"  {kw.get('desc')}: sampled {generated[-1]} tokens in {ro.seconds['generate']:.1f} s, scored them in "
+              f"{ro.seconds['score']:.1f} s", flush=True)
         return ro
     rollout.sample_groups = counting
+    update = graft_min.update
+
+    def timed_update(pol, rows, *a):
+        t0 = time.perf_counter()
+        st = update(pol, rows, *a)
+        print(f"  {pol.name}: updated on {len(rows)} responses ({sum(r.peer for r in rows)} from the peer) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        return st
+    graft_min.update = timed_update
 
     with tempfile.TemporaryDirectory() as tmp:
         sizes, policies = {}, {}
@@ -150,7 +157,7 @@ def main(argv=None):
           f"{cfg.prompts_per_step} prompts x {cfg.n} responses of <= {cfg.max_new_tokens} tokens, {cfg.minibatches} "
           f"minibatches, {cfg.dtype}, gradient checkpointing {cfg.grad_checkpointing}, micro-batch {cfg.micro_batch}, "
           f"gen-batch {cfg.gen_batch}, sampling from a bf16 copy {policies['a'].sampler is not None}"
-          + (f", memory capped at {args.memory_cap_gib:g} GiB" if args.memory_cap_gib else ""))
+          + (f", memory capped at {cfg.memory_gib:g} GiB" if cfg.memory_gib else ""), flush=True)
     print(f"{'step':>4s} {'s/step':>7s} {'generate':>9s} {'score':>6s} {'graft':>6s} {'update':>7s} {'gen tok':>8s} "
           f"{'gen tok/s':>9s} {'upd tok/s':>9s} {'exchanged':>9s} {'peak MiB':>9s}", flush=True)
     rows = []
@@ -169,6 +176,7 @@ def main(argv=None):
         print(f"{step:4d} {row['seconds']:7.1f} {row['generate']:9.1f} {row['score']:6.1f} {row['graft']:6.1f} "
               f"{row['update']:7.1f} {row['generated_tokens']:8d} {row['generated_tokens'] / row['generate']:9.0f} "
               f"{row['update_tokens'] / row['update']:9.0f} {row['exchanged']:9d} {row['peak_mib']:9.0f}", flush=True)
+        write_json(args.json, cfg, sizes, rows)
     last = rows[-1]
     evals = 100 // cfg.eval_every + 1  # at step 0 and every eval_every steps
     eval_tokens = 2 * evals * cfg.eval_problems * cfg.eval_samples * cfg.max_new_tokens  # both models, full length
@@ -179,11 +187,16 @@ def main(argv=None):
           f"{last['hours_100_steps_with_evals']:.2f} h with {evals} evaluations of {cfg.eval_problems} problems x "
           f"{cfg.eval_samples} (at the step's sampling rate); every response {cfg.max_new_tokens} tokens long, "
           f"the worst case")
-    if args.json:
-        with open(args.json, "w") as f:
+    write_json(args.json, cfg, sizes, rows)
+    return rows
+
+
+def write_json(path, cfg, sizes, rows):
+    """The figures so far (after each step, and at the end with the 100-step estimate), if --json names a file."""
+    if path:
+        with open(path, "w") as f:
             json.dump({"config": {k: v for k, v in vars(cfg).items() if isinstance(v, (int, float, str, bool))},
                        "sizes": sizes, "steps": rows}, f, indent=1)
-    return rows
 
 
 if __name__ == "__main__":

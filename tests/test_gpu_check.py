@@ -1,0 +1,90 @@
+"""bench/gpu_check.sh, the one device call a lent GPU gets, tried on the CPU first (issue 46): prepared by
+bench/prepare_gpu_check.sh as for a card, the carried stack imports with nothing of this environment's packages but
+torch and what torch needs (the device image brings those), and `DEVICE=cpu TOY=1 bash bench/gpu_check.sh` ends every
+stage within its time-out with its figures printed and its JSON written.
+
+The scripts run in a copy of the repository made of links (their .whl/ and .device/ land there, not here), with the
+cache of this checkout; the carried wheels are for this Python (PYVER), not the device image's 3.12."""
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import wheels
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+LIMITS = {"tiny": 90, "bench_gpu": 180, "bench_small": 140, "bench_small_22gib": 110}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    for name in os.listdir(ROOT):
+        if name.endswith(".py") or name in ("requirements.txt", "bench"):
+            os.symlink(os.path.join(ROOT, name), root / name)
+    env = {**os.environ, "PYVER": PYVER, "GRAFT_MIN_CACHE": wheels.default_cache_dir(),
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", "bench/prepare_gpu_check.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root, env
+
+
+def test_the_carried_stack_imports_beside_torch_alone(prepared, tmp_path):
+    root, env = prepared
+    names = sorted(os.listdir(root / ".whl"))
+    assert any(n.startswith("transformers-5.25.0-") for n in names) and any(n.startswith("httpx2-") for n in names)
+    assert not any(n.startswith(("numpy-", "torch-")) for n in names)  # the image's own
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
+                    *[str(root / ".whl" / n) for n in names]], check=True, capture_output=True)
+    # "the image": torch and the packages torch requires (and numpy), linked into a folder of their own
+    image = tmp_path / "image"
+    image.mkdir()
+    wanted = {"torch", "numpy"} | {re.split(r"[ ;<>=!~\[]", r)[0].lower().replace("-", "_")
+                                   for r in importlib.metadata.requires("torch") or [] if "extra ==" not in r}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"].lower().replace("-", "_") in wanted:
+            info = str(dist._path)  # its .dist-info folder: transformers checks versions through importlib.metadata
+            os.symlink(info, image / os.path.basename(info))
+            top = (dist.read_text("top_level.txt") or dist.metadata["Name"].replace("-", "_")).split()
+            for name in top:
+                for candidate in (name, name + ".py"):
+                    path = os.path.join(str(dist.locate_file("")), candidate)
+                    if os.path.exists(path) and not os.path.exists(image / candidate):
+                        os.symlink(path, image / candidate)
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import transformers, tokenizers, huggingface_hub, "
+            "math_verify, safetensors, regex; from transformers import AutoModelForCausalLM, AutoTokenizer; "
+            "print(transformers.__version__, transformers.__file__)")
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(site), str(image)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]  # -S: no site-packages but these two folders
+    version, path = done.stdout.split()
+    assert version == "5.25.0" and path.startswith(str(site))
+
+
+def test_the_gpu_check_runs_every_stage_on_a_cpu_within_its_limits(prepared, tmp_path):
+    root, env = prepared
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=root, capture_output=True, text=True, timeout=900,
+                          env={**env, "DEVICE": "cpu", "TOY": "1", "OUT": str(out), "SITE": str(tmp_path / "site")})
+    report = (out / "gpu.txt").read_text()
+    assert "does not import here" not in report, report  # the carried stack ran, not the environment's
+    assert "transformers 5.25.0 from " + str(tmp_path / "site") in report
+    for name, limit in LIMITS.items():
+        line = re.search(rf"## {name}: rc=(\d+) in (\d+) s \(limit {limit} s\)", report)
+        assert line and line.group(1) == "0" and int(line.group(2)) < limit, (name, report, done.stderr[-3000:])
+    assert "held-out pass@1" in (out / "tiny.txt").read_text()
+    assert "ceilings: copy" in (out / "bench_gpu.txt").read_text()
+    assert json.loads((out / "bench_gpu.json").read_text())["update"]
+    for name, cap in (("bench_small", None), ("bench_small_22gib", 22)):
+        printed = (out / f"{name}.txt").read_text()
+        assert "a: sampled" in printed and "b: updated on" in printed and "100 steps at the last step's pace" in printed
+        result = json.loads((out / f"{name}.json").read_text())
+        assert len(result["steps"]) == 1 and result["config"].get("memory_gib") == cap
+        assert (result["config"]["bf16_sampler"], result["config"]["fused_adamw"]) == (True, True)
