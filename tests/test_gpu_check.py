@@ -80,11 +80,33 @@ def test_the_gpu_check_runs_every_stage_on_a_cpu_within_its_limits(prepared, tmp
         line = re.search(rf"## {name}: rc=(\d+) in (\d+) s \(limit {limit} s\)", report)
         assert line and line.group(1) == "0" and int(line.group(2)) < limit, (name, report, done.stderr[-3000:])
     assert "held-out pass@1" in (out / "tiny.txt").read_text()
-    assert "ceilings: copy" in (out / "bench_gpu.txt").read_text()
-    assert json.loads((out / "bench_gpu.json").read_text())["update"]
+    gpu_bench_figures(out)
     for name, cap in (("bench_small", None), ("bench_small_22gib", 22)):
         printed = (out / f"{name}.txt").read_text()
         assert "a: sampled" in printed and "b: updated on" in printed and "100 steps at the last step's pace" in printed
         result = json.loads((out / f"{name}.json").read_text())
         assert len(result["steps"]) == 1 and result["config"].get("memory_gib") == cap
         assert (result["config"]["bf16_sampler"], result["config"]["fused_adamw"]) == (True, True)
+
+
+def gpu_bench_figures(out):
+    """bench/bench_gpu.py's every section at its toy size (continuous batching aside), as stage bench_gpu ran it: on
+    the CPU with the real tokenizers and the tiny pair."""
+    import torch
+    printed, result = (out / "bench_gpu.txt").read_text(), json.loads((out / "bench_gpu.json").read_text())
+    assert result["stack"]["torch"] == torch.__version__
+    assert result["copy_gb_s"] > 0 and result["bf16_tflop_s"] > 0 and "ceilings: copy" in printed
+    for label in ("Qwen2.5-0.5B", "SmolLM2-360M"):
+        decode = result["decode"][label]
+        assert set(decode) == {"fp32+autocast", "bf16", "bf16+static"}
+        assert all(isinstance(v, dict) and all(ms > 0 for ms in v.values()) for v in decode.values()), decode
+        assert f"{label}: K cache dtype: fp32+autocast float32, bf16 bfloat16" in printed
+        assert f"{label}: ms per decode step at batch 4" in printed
+        assert f"profile of one decode step, {label}, bf16" in printed and "scaled_dot_product" in printed
+        # sampled from the bf16 copy, scored by the fp32 master under autocast: close, not equal
+        g = result["gap"][label]
+        assert g["tokens"] == 4 * 6 * 4 and 0 < g["mean_abs"] < 0.05
+        micro = [r["micro_batch"] for r in result["update"][label]]
+        assert micro[0] == 2 and micro[1] >= 1 and all(r["tokens_per_s"] > 0 for r in result["update"][label])
+    for m in "ab":  # the warm-started tiny pair: trained weights
+        assert result["gap_tiny"][m]["tokens"] > 100 and result["gap_tiny"][m]["mean_abs"] < 0.05
