@@ -34,10 +34,16 @@ def init(device):
     if not launched() or dist.is_initialized():
         return device
     if device.startswith("cuda"):
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        torch.cuda.set_device(device)
+        device = rank_device()
         _device = torch.device(device)
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", timeout=datetime.timedelta(minutes=60))
+    return device
+
+
+def rank_device():
+    """cuda:LOCAL_RANK, made this process's current CUDA device (torch.cuda.set_device): one GPU per rank."""
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    torch.cuda.set_device(device)
     return device
 
 

@@ -235,7 +235,6 @@ def update(pol, rows, cfg, rng):
         st["loss"] += mb_loss / len(mbs)
         st["grad_norm"] += grad_norm / len(mbs)
     bar.close()
-    pol.opt.zero_grad(set_to_none=True)  # no gradient held while the next step samples
     st["minibatches"] = len(mbs)
     st["peer_minibatch_positions"] = [i for i, mb in enumerate(mbs) if any(r.peer for r in mb)]
     return st

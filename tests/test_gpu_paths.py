@@ -380,6 +380,30 @@ def test_releasing_a_run_empties_the_cache_on_a_card_only(monkeypatch):
     assert driver.calls == ["empty_cache"]
 
 
+def test_each_torchrun_rank_takes_its_own_card(monkeypatch):
+    import ddp
+    FakeDriver(monkeypatch)
+    chosen = []
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", lambda index: chosen.append(index), raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert ddp.rank_device() == "cuda:1" and chosen == [1]
+
+
+def test_prompts_over_the_limit_are_dropped_with_a_count(char_tok_a, char_tok_b, caplog):
+    import tasks
+    problems = [tasks.Problem(f"p{i}", "add", "Q:" + "1" * i + "=", "0") for i in (3, 7, 12)]  # 6, 10, 15 characters
+    heldout = {"add": problems[:2], "mul": problems[2:]}
+    with caplog.at_level("WARNING", logger="graft_min"):
+        train, kept = tasks.fit_prompts(problems, heldout, [char_tok_a, char_tok_b], 10)
+    # one id a character with these tokenizers, no template: 6, 10 and 15 tokens; 10 is not over the limit
+    assert [p.id for p in train] == ["p3", "p7"] and kept == {"add": problems[:2], "mul": []}
+    assert [r.getMessage() for r in caplog.records] == [
+        "--max-prompt-tokens 10: dropped 1 of 3 train prompts longer than that",
+        "--max-prompt-tokens 10: dropped 1 of 1 mul prompts longer than that"]
+    with pytest.raises(tasks.BadData, match="--max-prompt-tokens 4: every training prompt is longer"):
+        tasks.fit_prompts(problems, heldout, [char_tok_a], 4)
+
+
 def test_a_run_records_the_cards_name(monkeypatch):
     FakeDriver(monkeypatch)
     assert settings.software_stack("cuda")["cuda_device"] == "Fake H100"
