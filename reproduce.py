@@ -37,6 +37,7 @@ runs, whose logs draw the plots; each run is deterministic, so a rerun gives the
 """
 
 import argparse
+import glob
 import json
 import multiprocessing
 import os
@@ -136,6 +137,21 @@ def check_reuse(jobs, records=None, flags_only=False):
             errors.append(str(e))
     if errors:
         raise SystemExit("reproduce.py: " + "\n".join(errors))
+
+
+def check_machine(records):
+    """Refuse (SystemExit) to add runs to records made on another CPU model: the tiny pair's warm-start differs from
+    one CPU to another (docs/runs.md, "Across machines"; the same stack and capability do not make it the same), so
+    the new runs would be another pair's, and a rerun of a recorded one would overwrite its numbers with that
+    pair's. The CPU is recorded in config.json ("machine") since issue 38; records without it are not compared."""
+    here, seen = settings.machine(), set()
+    for path in glob.glob(os.path.join(records, "*", "*", "config.json")):
+        seen.add(runlog.read_json(path).get("machine"))
+    other = sorted(m for m in seen - {None, here})
+    if other:
+        raise SystemExit(f"reproduce.py: {records} holds runs made on {', '.join(other)}; this CPU is {here}, whose "
+                         f"warm-start makes another tiny pair, so its runs would not belong in these tables. Run on that "
+                         f"CPU, or give another --results (and --root) for a reproduction of this CPU's own")
 
 
 STATS = ("all_fail_share", "groups_exchanged", "responses_admitted", "clip_self", "clip_peer")
@@ -533,6 +549,7 @@ def main(argv=None):
                              f"{args.records}; the tables need them (run reproduce.py)")
         seeds_of = {v: args.seeds for v in VARIANTS if v not in todo}
     else:
+        check_machine(args.records)
         settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
         check_reuse(jobs, args.records)
         todo = still_to_run(jobs, args.records, args.seeds[0])

@@ -412,6 +412,19 @@ def test_reproduce_tables_compare_runs_of_the_same_seeds(tmp_path, monkeypatch):
     assert "| random admission (count-matched) | 2 |" in text and "| pooled groups | 2 |" not in text
 
 
+def test_runs_are_not_added_to_records_of_another_cpu(tmp_path, monkeypatch):
+    # this session's AMD EPYC warm-started another tiny pair than the Intel Xeon that made results/tiny_runs, and a
+    # rerun of seed 0's GRPO (n) record overwrote its numbers with that pair's: refused before any warm-start now
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: pytest.fail("warm-started before the check"))
+    records = tmp_path / "results" / "tiny_runs"
+    runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": "Some Other CPU @ 1.00GHz"})
+    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz; this CPU is "):
+        reproduce.main(["--seeds", "0", "--steps", "2", "--results", str(tmp_path / "results"),
+                        "--root", str(tmp_path / "runs")])
+    runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": settings.machine()})
+    reproduce.check_machine(str(records))  # the same CPU: no objection
+
+
 def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "weak_family", {"a": "add", "b": "mul"}.get)
     monkeypatch.setattr(reproduce, "run_jobs", lambda *a: pytest.fail("--tables-only ran a job"))
