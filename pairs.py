@@ -159,10 +159,12 @@ class Policy:
     lr: float = 0.0  # the constant learning rate after warm-up
     sampler: torch.nn.Module = None  # a bf16 copy that samples instead of the model (--bf16-sampler), or None
 
-    def load(self, ckpt):
-        """Weights and AdamW state from a checkpoint (this run's fused choice kept), and the sampling copy with them."""
+    def load(self, ckpt, optimizer=True):
+        """Weights (and with optimizer, the AdamW state, this run's fused choice kept) from a checkpoint, and the
+        sampling copy with them."""
         self.model.load_state_dict(ckpt["models"][self.name])
-        load_optimizer(self.opt, ckpt["opts"][self.name])
+        if optimizer:
+            load_optimizer(self.opt, ckpt["opts"][self.name])
         if self.sampler is not None:
             refresh_copy(self.sampler, self.model)
 

@@ -214,7 +214,7 @@ def greedy_evals(jobs):
             pol = graft_min.make_policy(m, paths[m], cfg.lr, cfg)
             if (cfg.seed, m) not in start:
                 start[cfg.seed, m] = graft_min.evaluate(pol, heldout, cfg, 0)
-            pol.load(ckpt)
+            pol.load(ckpt, optimizer=False)  # its weights, to evaluate
             row = out.setdefault(os.path.basename(folder), {}).setdefault(m, {})
             for when, res in (("start", start[cfg.seed, m]), ("end", graft_min.evaluate(pol, heldout, cfg, cfg.steps))):
                 for fam, value in res.items():
