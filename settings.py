@@ -10,17 +10,14 @@ Nothing here trains; graft_min.py imports it, never the other way round.
 import argparse
 import json
 import os
-import platform
 
-import numpy
-import tokenizers
 import torch
-import transformers
 
 import ddp
 import pairs
 import tasks
 import tiny_world
+from memory import machine, software_stack  # noqa: F401 (settings.machine / software_stack: what a run records)
 
 
 # The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
@@ -325,29 +322,6 @@ def model_paths(cfg):
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
     raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use one of {', '.join(PRESETS)}, "
                      f"or give --model-a and --model-b)")
-
-
-def software_stack(device):
-    """What a run's numbers depend on besides its flags: the versions of python, torch, transformers, tokenizers
-    and numpy, and the kernels torch picks (the CPU capability, e.g. AVX512 or AVX2; on CUDA also the card's
-    name). Two runs of the same flags agree bit for bit only on the same stack (README, "Exact pins")."""
-    stack = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-             "tokenizers": tokenizers.__version__, "numpy": numpy.__version__,
-             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    if str(device).startswith("cuda"):
-        stack["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
-    return stack
-
-
-def machine():
-    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere): two CPUs of one capability can still
-    warm-start other tiny models (docs/runs.md, "Across machines"), so a run records which one it had."""
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def run_config(cfg, method):
