@@ -168,7 +168,9 @@ def parse_args(argv=None):
     a("--eval-top-p", type=float, default=0.95, help="evaluation top-p")
     a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
     # the machine and the run folder
-    a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
+    a("--seed", type=int, default=0,
+      help="seed: prompt order and all sampling derive from it, and with --pair tiny the pair: seed k warm-starts "
+           "pair k (its own model inits and warm-start data order; the same world and tokenizers); 0 is the shipped pair")
     # the tiny world's knobs (--pair tiny; the same for both models and methods; docs/tiny_world.md)
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
     a("--world-split", action=argparse.BooleanOptionalAction, default=True,
@@ -301,8 +303,10 @@ def eval_sets(cfg):
 
 
 def tiny_specs(cfg):
-    """The tiny pair's TinySpecs for this run's world knobs (tiny_world.pair_specs)."""
-    return tiny_world.pair_specs(cfg.weak_habit, cfg.strong_habit, cfg.world_split, cfg.narrate, cfg.world_seed)
+    """The tiny pair's TinySpecs for this run's world knobs and seed (tiny_world.pair_specs): --seed k is pair k (its
+    own model inits and warm-start data order, the same world and tokenizers) as well as RL seed k."""
+    return tiny_world.pair_specs(cfg.weak_habit, cfg.strong_habit, cfg.world_split, cfg.narrate, cfg.world_seed,
+                                 pair_seed=cfg.seed)
 
 
 def model_paths(cfg):

@@ -19,7 +19,8 @@ GPT-2-style B, different sizes), each with its own character-level tokenizer bui
 short supervised pass on its spec's family mix and habit shares (TINY, the main job's pair: each
 family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with
 `save_pretrained` into a cache folder keyed by its spec, and loaded back with `from_pretrained`
-(pairs.load_policy): the same path real models take.
+(pairs.load_policy): the same path real models take. pair_specs' pair_seed k (graft_min.py's --seed) is pair
+k: its own model inits and warm-start data order in the same world, with the same tokenizers.
 
     python tiny_world.py --report    warm-starts the pair (once) and prints the world report: per
             model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
@@ -212,7 +213,7 @@ class TinySpec:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0):
+def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0, pair_seed=0):
     """The tiny pair's two specs: mirrored recipes, each model weak where its teacher mostly used the habit.
 
     Whole families (split_carry False): A's teacher writes weak_habit of its additions and strong_habit of
@@ -223,7 +224,11 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
     uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
     skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family.
     The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (regimes.py);
-    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families."""
+    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families.
+
+    pair_seed k (graft_min.py's --seed, one experiment a seed): pair k of this world. Each model gets its own
+    init and warm-start data order (TinySpec.seed 1 + 2k for A, 2 + 2k for B), while the world's problems and
+    held-out set (world_seed) and the tokenizers (tokenizer_seed 1 and 2) stay as they are. Pair 0 is TINY."""
     if split_carry:
         mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
         habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
@@ -233,9 +238,9 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
         habits_a, habits_b = {"add": weak_habit, "mul": strong_habit}, {"mul": weak_habit, "add": strong_habit}
     world = dict(world_seed=world_seed, split_carry=split_carry, narrate=narrate)
     return (TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix=mix, habits=habits_a,
-                     steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1, **world),
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1 + 2 * pair_seed, **world),
             TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix=dict(mix), habits=habits_b,
-                     steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2, **world))
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2 + 2 * pair_seed, **world))
 
 
 def weak_family(spec):
@@ -243,7 +248,7 @@ def weak_family(spec):
     return max(spec.habits, key=spec.habits.get)
 
 
-TINY = pair_specs()  # the main job's pair: the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
+TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
 
 
 def build_tiny_model(spec, tokenizer):
@@ -448,6 +453,8 @@ def main():
     parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the pair, as graft_min.py's --seed (pair_specs' pair_seed; 0: the main job's pair)")
     parser.add_argument("--world-split", action=argparse.BooleanOptionalAction, default=True,
                         help="world knob, as graft_min.py's (pair_specs)")
     parser.add_argument("--narrate", action="store_true", help="world knob, as graft_min.py's (column_trace)")
@@ -456,7 +463,7 @@ def main():
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     t0 = time.time()
-    specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate)
+    specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate, pair_seed=args.seed)
     paths = tiny_pair(args.cache_dir, specs)
     print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
     if args.report:

@@ -1,6 +1,7 @@
 """Tests for tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
 corrupt cache is rebuilt with a warning instead of crashing inside transformers."""
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -203,3 +204,29 @@ def test_the_command_line_sets_the_world_knobs(capsys):
     with pytest.raises(SystemExit):
         settings.parse_args(["--weak-habit", "1.5"])
     assert "--weak-habit 1.5: a share of traces, give a number in [0, 1]" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- pairs as seeds
+
+def test_pair_seed_k_is_its_own_pair_in_the_same_world_with_the_same_tokenizers():
+    """Pair 0 is TINY (the shipped keys); pairs 1 and 2 differ from it and from each other only in each model's init
+    and warm-start data order (TinySpec.seed 1 + 2k and 2 + 2k), never in the world or the tokenizers; --seed k is
+    pair k."""
+    import settings
+
+    pairs_by_seed = {k: tiny_world.pair_specs(pair_seed=k) for k in (0, 1, 2)}
+    assert pairs_by_seed[0] == tiny_world.TINY
+    assert [s.key() for s in pairs_by_seed[0]] == ["tiny-a-llama-4a2aca6ba422", "tiny-b-gpt2-e8174788c5f7"]
+    keys = [s.key() for k in (0, 1, 2) for s in pairs_by_seed[k]]
+    assert len(set(keys)) == 6
+    for k, (a, b) in pairs_by_seed.items():
+        assert (a.seed, b.seed) == (1 + 2 * k, 2 + 2 * k)
+        assert (a.tokenizer_seed, b.tokenizer_seed, a.world_seed, b.world_seed) == (1, 2, 0, 0)
+        for spec, first in zip((a, b), tiny_world.TINY):
+            assert dataclasses.replace(spec, seed=first.seed) == first  # nothing else moved
+            assert tiny_world.tiny_tokenizer(spec).get_vocab() == tiny_world.tiny_tokenizer(first).get_vocab()
+    assert settings.tiny_specs(settings.parse_args(["--seed", "3"])) == tiny_world.pair_specs(pair_seed=3)
+    assert [s.seed for s in settings.tiny_specs(settings.parse_args(["--seed", "3"]))] == [7, 8]
+    # another world's pair k: the world knobs and the seed together
+    cfg = settings.parse_args(["--weak-habit", "0.75", "--narrate", "--seed", "2"])
+    assert settings.tiny_specs(cfg) == tiny_world.pair_specs(0.75, narrate=True, pair_seed=2)
