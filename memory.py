@@ -14,9 +14,9 @@ fp32 activations); bench/gpu_check.sh holds it against the card's measured peak.
     resolve_auto_sizes                  a run's sizes: measured once at its start, or those a run folder recorded
     free_bytes / cap_memory / release   the only lines that ask the CUDA driver (each tested with the driver's entry
                                         points stubbed, torch's own Python layer real: tests/test_gpu_paths.py)
-    software_stack / machine            what else a result depends on: the versions and kernels, the CPU's name
-                                        (config.json records them, settings re-exports them; tiny_pair/MANIFEST.json
-                                        records the shipped pair's)
+    software_stack / machine / cpu_id   what else a result depends on: the versions and kernels, the CPU's name
+                                        and exact kind (config.json records the first two, settings re-exports them;
+                                        tiny_pair/MANIFEST.json records all three for the shipped pair)
 """
 
 import gc
@@ -233,3 +233,21 @@ def machine():
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+def cpu_id():
+    """The CPU's exact kind, as /proc/cpuinfo names it ("AuthenticAMD family 25 model 17 stepping 1"), or "" where
+    there is none: model names can be generic ("AMD EPYC" on a cloud VM) while two generations under one name
+    warm-start other tiny pairs. tiny_pair/MANIFEST.json records it next to machine()."""
+    fields = {}
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    if "vendor_id" not in fields:
+        return ""
+    return " ".join([fields["vendor_id"]] + [f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping")
+                                             if k in fields])
