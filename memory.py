@@ -14,6 +14,9 @@ fp32 activations); bench/gpu_check.sh holds it against the card's measured peak.
     resolve_auto_sizes                  a run's sizes: measured once at its start, or those a run folder recorded
     free_bytes / cap_memory / release   the only lines that ask the CUDA driver (each tested with the driver's entry
                                         points stubbed, torch's own Python layer real: tests/test_gpu_paths.py)
+    software_stack / machine / cpu_id   what else a result depends on: the versions and kernels, the CPU's name
+                                        and exact kind (config.json records the first two, settings re-exports them;
+                                        tiny_pair/MANIFEST.json records all three for the shipped pair)
 """
 
 import gc
@@ -21,6 +24,7 @@ import json
 import logging
 import math
 import os
+import platform
 
 import torch
 
@@ -202,3 +206,48 @@ def resolve_auto_sizes(cfg, policies, world_size=1, free=None, sizes_from=None):
     cfg.gen_batch = gen if cfg.gen_batch == "auto" else cfg.gen_batch
     cfg.micro_batch = micro if cfg.micro_batch == "auto" else cfg.micro_batch
     return cfg
+
+
+def software_stack(device):
+    """What a run's numbers depend on besides its flags: the versions of python, torch, transformers, tokenizers
+    and numpy, and the kernels torch picks (the CPU capability, e.g. AVX512 or AVX2; on CUDA also the card's
+    name). Two runs of the same flags agree bit for bit only on the same stack (README, "Exact pins")."""
+    import numpy
+    import tokenizers
+    import transformers
+
+    stack = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+             "tokenizers": tokenizers.__version__, "numpy": numpy.__version__,
+             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if str(device).startswith("cuda"):
+        stack["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
+    return stack
+
+
+def machine():
+    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere): two CPUs of one capability can still
+    warm-start other tiny models (docs/runs.md, "Across machines"), so a run records which one it had."""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_id():
+    """The CPU's exact kind, as /proc/cpuinfo names it ("AuthenticAMD family 25 model 17 stepping 1"), or "" where
+    there is none: model names can be generic ("AMD EPYC" on a cloud VM) while two generations under one name
+    warm-start other tiny pairs. tiny_pair/MANIFEST.json records it next to machine()."""
+    fields = {}
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    if "vendor_id" not in fields:
+        return ""
+    return " ".join([fields["vendor_id"]] + [f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping")
+                                             if k in fields])

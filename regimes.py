@@ -13,8 +13,8 @@ Two knobs, the same for both models and all three methods:
     narrate     how much of a response the disagreement is: terse traces (~35 characters) or each
                 column narrated (~75), with the same few decisive tokens (Eq. 7 averages per token)
 
-At each point: GRPO (n), GRPO (2n) and GRAFT from the same warm-start, --seeds each (reproduce.py's
-run folders and reuse rules). Writes results/regimes.png (deltas against what the receiver's own samples
+At each point: GRPO (n), GRPO (2n) and GRAFT from the same warm-start, --seeds each, seed k being the point's
+pair k (its own warm-start: tiny_world.pair_specs) and RL seed k (reproduce.py's run folders and reuse rules). Writes results/regimes.png (deltas against what the receiver's own samples
 get right on its weak sub-skill at the start: its T = 1 training reward there in the first 20% of GRPO (n)'s
 steps, since the held-out pass@1 at T 0.6 is 0.000 at several points; at the first evaluation and at the
 end, seed spread as error bars; and what the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a
@@ -135,12 +135,14 @@ def main(argv=None):
         name, root = point_name(h, v), os.path.join(args.root, point_name(h, v))
         flags = point_flags(h, v, args.steps, args.eval_every, shlex.split(args.run_flags))
         # a finished point's numbers are kept in results/regimes/<point>.json (committed): a later session
-        # reuses them without the run folders, as long as they were made with the same flags, seeds and software
-        # stack (settings.software_stack: the versions and the CPU capability; a point saved before there was one
-        # is run again)
+        # reuses them without the run folders, as long as they were made with the same flags, seeds, software
+        # stack (settings.software_stack: the versions and the CPU capability) and pairs (each seed's pair keys;
+        # a point saved before there was one of these, e.g. when every seed shared one pair, is run again)
         device = settings.parse_args(["--pair", "tiny", *flags]).device
         saved_path = os.path.join(args.results, "regimes", f"{name}.json")
-        key = {"flags": flags, "seeds": args.seeds, "stack": settings.software_stack(device)}
+        cfgs = [settings.parse_args(["--pair", "tiny", "--seed", str(seed), *flags]) for seed in args.seeds]
+        pair_keys = [[spec.key() for spec in settings.tiny_specs(cfg)] for cfg in cfgs]
+        key = {"flags": flags, "seeds": args.seeds, "stack": settings.software_stack(device), "pairs": pair_keys}
         if os.path.exists(saved_path) and runlog.read_json(saved_path)["key"] == key:
             saved = runlog.read_json(saved_path)
             results[name], saved_wall[name] = saved["result"], saved["wall_seconds"]
@@ -151,7 +153,8 @@ def main(argv=None):
         if not finished and not args.report:
             t0 = time.time()
             try:  # the wall time is kept even when the point is stopped (Ctrl-C) and resumed by a later session
-                settings.model_paths(settings.parse_args(["--pair", "tiny", *flags]))  # warm-start once, first
+                for cfg in cfgs:  # each seed's pair, warm-started once, first
+                    settings.model_paths(cfg)
                 graft_min.run_parallel(jobs, args.jobs, f"regime point {name}: runs")
             finally:
                 walls[name] = walls.get(name, 0.0) + time.time() - t0

@@ -1,5 +1,7 @@
 """
-Reproduce the paper's analyses in the tiny world, over several seeds, from one warm-start:
+Reproduce the paper's analyses in the tiny world, over several seeds, each seed a whole experiment: seed k is
+pair k (its own warm-start: model inits and warm-start data order; tiny_world.pair_specs) and RL seed k, in the
+same world with the same held-out problems; seed 0 is the shipped pair (tiny_pair/):
 
     Table 1   GRPO (n), GRPO (2n) and GRPO (4n) (twice and four times the rollouts) and GRAFT, per model and family
     Table 6   stored-peer GRAFT: each model learns from its partner's logged GRPO (n) run
@@ -159,7 +161,8 @@ FIRST_LAST = ("all_fail_first_last", "train_reward_first_last", "train_all_fail_
 
 
 def weak_family(model):
-    """The (sub-)family the tiny preset's model was taught mostly the wrong habit on: its weak one."""
+    """The (sub-)family the tiny preset's model was taught mostly the wrong habit on: its weak one (the same for
+    every seed's pair)."""
     return tiny_world.weak_family(settings.tiny_specs(settings.parse_args(["--pair", "tiny"]))["ab".index(model)])
 
 
@@ -550,7 +553,8 @@ def main(argv=None):
         seeds_of = {v: args.seeds for v in VARIANTS if v not in todo}
     else:
         check_machine(args.records)
-        settings.model_paths(settings.parse_args(["--pair", "tiny"]))  # warm-start once, before the workers
+        for seed in args.seeds:  # each seed's pair, warm-started once (seed 0: shipped), before the workers
+            settings.model_paths(settings.parse_args(["--pair", "tiny", "--seed", str(seed)]))
         check_reuse(jobs, args.records)
         todo = still_to_run(jobs, args.records, args.seeds[0])
         print(f"reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")

@@ -10,17 +10,14 @@ Nothing here trains; graft_min.py imports it, never the other way round.
 import argparse
 import json
 import os
-import platform
 
-import numpy
-import tokenizers
 import torch
-import transformers
 
 import ddp
 import pairs
 import tasks
 import tiny_world
+from memory import machine, software_stack  # noqa: F401 (settings.machine / software_stack: what a run records)
 
 
 # The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
@@ -171,7 +168,9 @@ def parse_args(argv=None):
     a("--eval-top-p", type=float, default=0.95, help="evaluation top-p")
     a("--eval-problems", type=int, default=500, help="held-out problems per family (or benchmark) at most")
     # the machine and the run folder
-    a("--seed", type=int, default=0, help="seed: prompt order and all sampling derive from it")
+    a("--seed", type=int, default=0,
+      help="seed: prompt order and all sampling derive from it, and with --pair tiny the pair: seed k warm-starts "
+           "pair k (its own model inits and warm-start data order; the same world and tokenizers); 0 is the shipped pair")
     # the tiny world's knobs (--pair tiny; the same for both models and methods; docs/tiny_world.md)
     a("--world-seed", type=int, default=0, help="seed of the tiny world's train / held-out split")
     a("--world-split", action=argparse.BooleanOptionalAction, default=True,
@@ -304,8 +303,10 @@ def eval_sets(cfg):
 
 
 def tiny_specs(cfg):
-    """The tiny pair's TinySpecs for this run's world knobs (tiny_world.pair_specs)."""
-    return tiny_world.pair_specs(cfg.weak_habit, cfg.strong_habit, cfg.world_split, cfg.narrate, cfg.world_seed)
+    """The tiny pair's TinySpecs for this run's world knobs and seed (tiny_world.pair_specs): --seed k is pair k (its
+    own model inits and warm-start data order, the same world and tokenizers) as well as RL seed k."""
+    return tiny_world.pair_specs(cfg.weak_habit, cfg.strong_habit, cfg.world_split, cfg.narrate, cfg.world_seed,
+                                 pair_seed=cfg.seed)
 
 
 def model_paths(cfg):
@@ -325,29 +326,6 @@ def model_paths(cfg):
         return {"a": cfg.model_a or a, "b": cfg.model_b or b}
     raise ValueError(f"--pair {cfg.pair!r}: unknown pair (use one of {', '.join(PRESETS)}, "
                      f"or give --model-a and --model-b)")
-
-
-def software_stack(device):
-    """What a run's numbers depend on besides its flags: the versions of python, torch, transformers, tokenizers
-    and numpy, and the kernels torch picks (the CPU capability, e.g. AVX512 or AVX2; on CUDA also the card's
-    name). Two runs of the same flags agree bit for bit only on the same stack (README, "Exact pins")."""
-    stack = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-             "tokenizers": tokenizers.__version__, "numpy": numpy.__version__,
-             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    if str(device).startswith("cuda"):
-        stack["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
-    return stack
-
-
-def machine():
-    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere): two CPUs of one capability can still
-    warm-start other tiny models (docs/runs.md, "Across machines"), so a run records which one it had."""
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def run_config(cfg, method):

@@ -19,10 +19,18 @@ GPT-2-style B, different sizes), each with its own character-level tokenizer bui
 short supervised pass on its spec's family mix and habit shares (TINY, the main job's pair: each
 family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with
 `save_pretrained` into a cache folder keyed by its spec, and loaded back with `from_pretrained`
-(pairs.load_policy): the same path real models take.
+(pairs.load_policy): the same path real models take. pair_specs' pair_seed k (graft_min.py's --seed) is pair
+k: its own model inits and warm-start data order in the same world, with the same tokenizers.
 
-    python tiny_world.py --report    warm-starts the pair (once) and prints the world report: per
-            model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
+The shipped pair. The main job's pair (TINY, pair 0) is committed in tiny_pair/ with a MANIFEST.json (each
+file's sha256 and size, the CPU and software stack that built it, the command): tiny_pair loads it after checking
+every file, with no warm-start, because the warm-start amplifies the CPU kernels' last-bit differences into
+another pair on another CPU (docs/runs.md, "Across machines"). Other specs are warm-started and cached.
+
+    python tiny_world.py build          warm-starts the main job's pair from scratch and writes tiny_pair/
+    python tiny_world.py build --check  the same, compared file by file with tiny_pair/ instead of written
+    python tiny_world.py --report       the pair (shipped, or warm-started once: --seed, world knobs) and the world
+            report: per model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
             that are exactly the family's wrong-habit trace, and per direction the share of the
             receiver's all-fail prompts where the peer's group is mixed (Eq. 4's candidates) and how
             many of those peer responses pass the gate (Eq. 8).
@@ -45,11 +53,12 @@ import torch
 from tqdm import tqdm
 
 import loss
+import memory
 import rollout
 from pairs import default_cache_dir, load_policy
 from tasks import Problem, encode_prompt
 from verifier import reward
-from wheels import share_modes
+from wheels import ChecksumMismatch, sha256_of, share_modes
 
 log = logging.getLogger("graft_min")
 
@@ -212,7 +221,7 @@ class TinySpec:
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0):
+def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0, pair_seed=0):
     """The tiny pair's two specs: mirrored recipes, each model weak where its teacher mostly used the habit.
 
     Whole families (split_carry False): A's teacher writes weak_habit of its additions and strong_habit of
@@ -223,7 +232,12 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
     uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
     skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family.
     The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (regimes.py);
-    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families."""
+    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families.
+
+    pair_seed k (graft_min.py's --seed, one experiment a seed): pair k of this world. Each model gets its own
+    init and warm-start data order (TinySpec.seed 1 + 2k for A, 2 + 2k for B), while the world's problems and
+    held-out set (world_seed) and the tokenizers (tokenizer_seed 1 and 2) stay as they are. Pair 0 is TINY, the
+    shipped pair (tiny_pair/)."""
     if split_carry:
         mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
         habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
@@ -233,9 +247,9 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
         habits_a, habits_b = {"add": weak_habit, "mul": strong_habit}, {"mul": weak_habit, "add": strong_habit}
     world = dict(world_seed=world_seed, split_carry=split_carry, narrate=narrate)
     return (TinySpec("tiny-a-llama", "llama", d_model=96, n_layer=3, n_head=4, mix=mix, habits=habits_a,
-                     steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1, **world),
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=1, seed=1 + 2 * pair_seed, **world),
             TinySpec("tiny-b-gpt2", "gpt2", d_model=80, n_layer=3, n_head=4, mix=dict(mix), habits=habits_b,
-                     steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2, **world))
+                     steps=600, batch=64, lr=4e-3, tokenizer_seed=2, seed=2 + 2 * pair_seed, **world))
 
 
 def weak_family(spec):
@@ -243,7 +257,7 @@ def weak_family(spec):
     return max(spec.habits, key=spec.habits.get)
 
 
-TINY = pair_specs()  # the main job's pair: the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
+TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
 
 
 def build_tiny_model(spec, tokenizer):
@@ -362,21 +376,191 @@ def _build_one(spec, cache_dir):
     return ensure_tiny_model(spec, cache_dir)
 
 
-def tiny_pair(cache_dir=None, specs=TINY):
-    """Folders of the two warm-started tiny models (built on first use, in parallel processes)."""
+def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
+    """Folders of the tiny models of `specs` (the main job's pair by default).
+
+    A spec whose key the shipped pair's manifest lists (pair 0 of the main job's world: TINY) is read from the
+    repository's tiny_pair/ folder, each file's sha256 checked first (shipped_model): no warm-start, no cache.
+    Any other spec (another seed's pair, a regime point) is warm-started on first use and cached
+    (ensure_tiny_model; two missing models warm-start in two processes). shipped: the folder holding the
+    manifest (default SHIPPED); False: warm-start every spec (`python tiny_world.py build`)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     import multiprocessing
 
     cache_dir = cache_dir or default_cache_dir()
-    missing = [s for s in specs if not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
+    ready = [shipped_model(spec, shipped) if shipped is not False else None for spec in specs]
+    missing = [s for s, path in zip(specs, ready)
+               if path is None and not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
     if len(missing) > 1 and (os.cpu_count() or 1) > 1:
         try:
             with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
                 list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
         except BrokenProcessPool as e:  # e.g. a script read from stdin cannot be spawned
             log.warning("parallel warm-start failed (%s); building one model after the other", e)
-    return [ensure_tiny_model(spec, cache_dir) for spec in specs]
+    return [path or ensure_tiny_model(spec, cache_dir) for spec, path in zip(specs, ready)]
+
+
+# ---------------------------------------------------------------- the shipped pair (tiny_pair/)
+#
+# The main job's two warm-started models are committed in the repository, so that `--pair tiny` prints the same
+# table on every CPU: the warm-start (600 AdamW steps from a random init) turns the kernels' last-bit differences
+# between CPUs into another pair, while the RL part barely moves (docs/runs.md, "Across machines").
+#
+#   tiny_pair/MANIFEST.json            what the folder holds and how it was made:
+#       {"command": "python tiny_world.py build", "machine": CPU model name, "cpu": its exact kind (memory.cpu_id),
+#        "stack": versions and CPU kernels (memory.software_stack),
+#        "threads": torch threads per model, "models": {spec key: {"model": "a" or "b",
+#                                                                  "files": {name: {"sha256": hex, "size": bytes}}}}}
+#   tiny_pair/<spec key>/              save_pretrained's files and tiny_spec.json, as ensure_tiny_model writes them
+
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_pair")
+MANIFEST = "MANIFEST.json"
+BUILD = "python tiny_world.py build"
+
+
+def read_manifest(shipped=None):
+    """The shipped pair's manifest (a dict), or None when `shipped` (default SHIPPED) holds none."""
+    path = os.path.join(shipped or SHIPPED, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def shipped_model(spec, shipped=None):
+    """The shipped folder of `spec` if the manifest in `shipped` (default SHIPPED) lists its key, else None.
+
+    Every file is checked against the manifest before the folder is returned: a changed, missing or extra file
+    raises wheels.ChecksumMismatch naming the file, the sha256 expected and found, and the fix."""
+    shipped = shipped or SHIPPED
+    manifest = read_manifest(shipped)
+    entry = (manifest or {}).get("models", {}).get(spec.key())
+    if entry is None:
+        return None
+    folder, where = os.path.join(shipped, spec.key()), os.path.join(shipped, MANIFEST)
+    fix = (f"restore the shipped files (`git checkout -- {os.path.basename(shipped)}`), or ship this machine's own "
+           f"pair with `{BUILD}` (another CPU warm-starts a slightly different pair)")
+    present = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    extra = sorted(present - set(entry["files"]))
+    if extra:
+        raise ChecksumMismatch(f"{os.path.join(folder, extra[0])}: not a file of the shipped pair ({where} lists "
+                               f"{', '.join(sorted(entry['files']))}); remove it, or {fix}")
+    for name, want in sorted(entry["files"].items()):
+        path = os.path.join(folder, name)
+        got = sha256_of(path) if name in present else "nothing (the file is missing)"
+        if got != want["sha256"]:
+            raise ChecksumMismatch(f"{path}: sha256 {got}, expected {want['sha256']} ({where}): the shipped tiny "
+                                   f"pair was changed; {fix}")
+    return folder
+
+
+def write_shipped(paths, specs, shipped=None, threads=1):
+    """Write the model folders `paths` (of `specs`, models A and B) as the shipped pair in `shipped` (default
+    SHIPPED) with its manifest; returns the manifest. The new folder is assembled next to the old one and renamed
+    into place, so a killed write leaves the old pair (or, between the two renames, none: `git checkout` brings
+    it back). threads: the torch threads each model was warm-started with (recorded)."""
+    shipped = os.path.abspath(shipped or SHIPPED)
+    parent = os.path.dirname(shipped)
+    tmp = tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=parent)
+    try:
+        models = {}
+        for name, spec, path in zip("ab", specs, paths):
+            dest = os.path.join(tmp, spec.key())
+            shutil.copytree(path, dest)
+            models[spec.key()] = {"model": name, "files": {f: {"sha256": sha256_of(os.path.join(dest, f)),
+                                                               "size": os.path.getsize(os.path.join(dest, f))}
+                                                           for f in sorted(os.listdir(dest))}}
+        manifest = {"what": "the main job's warm-started tiny pair (tiny_world.TINY, pair 0), loaded by `python "
+                            "graft_min.py --pair tiny` without a warm-start; every file is checked against its "
+                            "sha256 on load (tiny_world.shipped_model)",
+                    "command": BUILD, "machine": memory.machine(), "cpu": memory.cpu_id(),
+                    "stack": memory.software_stack("cpu"), "threads": threads, "models": models}
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+        share_modes(tmp)
+        old = None
+        if os.path.exists(shipped):
+            old = tempfile.mkdtemp(prefix=f".replaced-{os.getpid()}-", dir=parent)
+            os.replace(shipped, os.path.join(old, "tiny_pair"))
+        os.replace(tmp, shipped)
+        if old:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def compare_with_shipped(paths, specs, shipped=None):
+    """Print, file by file, whether the freshly built folders `paths` equal the shipped pair's files (those in
+    `shipped`, default SHIPPED, that its manifest lists); returns the number of files that differ (or are only on
+    one side), and says what a difference means here."""
+    shipped = shipped or SHIPPED
+    manifest = read_manifest(shipped)
+    if manifest is None:
+        print(f"no shipped pair to compare with ({os.path.join(shipped, MANIFEST)} is missing); run `{BUILD}`")
+        return 1
+    differ, total = 0, 0
+    for spec, path in zip(specs, paths):
+        entry = manifest["models"].get(spec.key())
+        if entry is None:
+            print(f"{spec.key()}: not in the shipped pair ({', '.join(manifest['models'])}): the main job's spec or "
+                  f"CACHE_VERSION changed since it was built; run `{BUILD}` to ship the new pair")
+            differ, total = differ + 1, total + 1
+            continue
+        folder = os.path.join(shipped, spec.key())
+        for name in sorted(set(os.listdir(path)) | set(entry["files"])):
+            built, want = (sha256_of(os.path.join(p, name)) if os.path.exists(os.path.join(p, name)) else None
+                           for p in (path, folder))
+            total += 1
+            if built == want:
+                print(f"  equal    {spec.key()}/{name}  {built}")
+            else:
+                differ += 1
+                print(f"  DIFFERS  {spec.key()}/{name}  built {built or '(none)'}, shipped {want or '(none)'}")
+    here, stack = memory.machine(), memory.software_stack("cpu")
+    same = (manifest["machine"], manifest.get("cpu"), manifest["stack"]) == (here, memory.cpu_id(), stack)
+    if not differ:
+        print(f"all {total} files equal, bit for bit: this machine ({here}) rebuilds the shipped pair")
+    elif same:
+        print(f"{differ} of {total} files differ on the machine and stack that built the shipped pair ({here}): the "
+              f"warm-start code or the tiny world changed what the main job's specs make (bump CACHE_VERSION and run "
+              f"`{BUILD}`), or the shipped files were edited")
+    else:
+        stack_diff = [f"{k} {manifest['stack'].get(k)} -> {stack.get(k)}"
+                      for k in sorted(set(stack) | set(manifest["stack"])) if manifest["stack"].get(k) != stack.get(k)]
+        print(f"{differ} of {total} files differ. The shipped pair was built on {manifest['machine']} "
+              f"({manifest.get('cpu')}); this is {here} ({memory.cpu_id()}"
+              f"{'; ' + ', '.join(stack_diff) if stack_diff else '; the same stack'}): another CPU or stack "
+              f"warm-starts a slightly different pair (docs/runs.md, \"Across machines\"). `--pair tiny` keeps "
+              f"loading the shipped one; `{BUILD}` would replace it with this machine's")
+    return differ
+
+
+def build_shipped(check=False, shipped=None, specs=TINY):
+    """`python tiny_world.py build [--check]`: warm-start `specs` (the main job's pair) from scratch in a temporary
+    cache, one torch thread a model (two processes when there are two cores, as the main job's first run did),
+    then write them as the shipped pair (write_shipped) or, with check, compare them with it file by file
+    (compare_with_shipped). Prints where and how long; returns the exit status (1: a file differs)."""
+    cache = tempfile.mkdtemp(prefix="tiny-build-")
+    threads, t0 = torch.get_num_threads(), time.time()
+    print(f"warm-starting {', '.join(s.key() for s in specs)} from scratch in {cache} on {memory.machine()} "
+          f"({memory.software_stack('cpu')['cpu_capability']} kernels, one thread a model, "
+          f"{min(len(specs), os.cpu_count() or 1)} at a time)", flush=True)
+    try:
+        torch.set_num_threads(1)  # as each process of tiny_pair's parallel warm-start runs
+        paths = tiny_pair(cache, specs, shipped=False)
+        print(f"built in {time.time() - t0:.0f} s")
+        if check:
+            return int(compare_with_shipped(paths, specs, shipped) > 0)
+        manifest = write_shipped(paths, specs, shipped)
+        sizes = {key: sum(f["size"] for f in m["files"].values()) / 1e6 for key, m in manifest["models"].items()}
+        print(f"wrote {shipped or SHIPPED}: " + ", ".join(f"{key} ({mb:.1f} MB)" for key, mb in sizes.items()))
+        return 0
+    finally:
+        torch.set_num_threads(threads)
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the world report
@@ -443,20 +627,39 @@ def print_report(report):
                   f"{v['peer_any_success_share']:6.3f} {v['admitted_share']:9.3f}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description="Build and warm-start the tiny pair (once, cached); optionally report on its world.")
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="The tiny pair: make it ready (the shipped pair, or a warm-start, once, cached) and optionally "
+                    "report on its world; or `build` the shipped pair (tiny_pair/) from scratch.")
+    parser.add_argument("command", nargs="?", default="ready", choices=["ready", "build"],
+                        help="ready (default): the pair of the world knobs and --seed below, from tiny_pair/ when "
+                             "shipped, else warm-started once into the cache; build: warm-start the main job's pair "
+                             "from scratch in a temporary cache and write it as tiny_pair/ with its MANIFEST.json")
+    parser.add_argument("--check", action="store_true",
+                        help="with build: compare the fresh build with tiny_pair/ file by file instead of writing it "
+                             "(all equal on the machine and stack that built it; another CPU makes a slightly "
+                             "different pair); exit status 1 if a file differs")
     parser.add_argument("--report", action="store_true", help="print the world report after warm-start")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     parser.add_argument("--json", default=None, help="also write the report as JSON to this path")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the pair, as graft_min.py's --seed (pair_specs' pair_seed; 0: the shipped pair)")
     parser.add_argument("--world-split", action=argparse.BooleanOptionalAction, default=True,
                         help="world knob, as graft_min.py's (pair_specs)")
     parser.add_argument("--narrate", action="store_true", help="world knob, as graft_min.py's (column_trace)")
     parser.add_argument("--weak-habit", type=float, default=0.9, help="world knob, as graft_min.py's (pair_specs)")
     parser.add_argument("--strong-habit", type=float, default=0.25, help="world knob, as graft_min.py's (pair_specs)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate, pair_seed=args.seed)
+    if args.command == "build":
+        if specs != TINY or args.report or args.cache_dir or args.json:
+            parser.error("build makes the main job's pair only (tiny_world.TINY): give it no world knob, --seed, "
+                         "--report, --cache-dir or --json")
+        raise SystemExit(build_shipped(check=args.check))
+    if args.check:
+        parser.error("--check goes with build: `python tiny_world.py build --check`")
     t0 = time.time()
-    specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate)
     paths = tiny_pair(args.cache_dir, specs)
     print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")
     if args.report:

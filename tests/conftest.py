@@ -62,8 +62,13 @@ def model_dirs(tmp_path_factory, llama, gpt2, char_tok_a, char_tok_b):
 
 @pytest.fixture(scope="session")
 def tiny_pair_ready():
-    """Build the warm-started tiny pair once (3-4 min of CPU on a fresh clone; instant when cached)."""
+    """The main job's warm-started tiny pair: the folders shipped in tiny_pair/, each file's sha256 checked against
+    tiny_pair/MANIFEST.json (instant, no warm-start, nothing written to the cache)."""
     return tiny_world.tiny_pair()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes minutes (its docstring says how many); `-m 'not slow'` leaves it out")
 
 
 def pytest_terminal_summary(terminalreporter):

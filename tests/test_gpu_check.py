@@ -26,7 +26,7 @@ LIMITS = {"tiny": 90, "bench_gpu": 180, "bench_small": 140, "bench_small_22gib":
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     for name in os.listdir(ROOT):
-        if name.endswith(".py") or name in ("requirements.txt", "bench"):
+        if name.endswith(".py") or name in ("requirements.txt", "bench", "tiny_pair"):
             os.symlink(os.path.join(ROOT, name), root / name)
     env = {**os.environ, "PYVER": PYVER, "GRAFT_MIN_CACHE": wheels.default_cache_dir(),
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}

@@ -33,6 +33,11 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
     saved = json.loads((res / "regimes" / "habit0.9_terse.json").read_text())
     assert saved["key"]["seeds"] == [0, 1] and "--world-split" in saved["key"]["flags"]
     assert saved["key"]["stack"] == settings.software_stack("cpu")  # the versions and CPU capability that made it
+    # each seed its own pair: pair k of the point's world (tiny_world.pair_specs), keys recorded
+    world = ["--pair", "tiny", "--weak-habit", "0.9", "--world-split"]
+    assert saved["key"]["pairs"] == [[s.key() for s in settings.tiny_specs(settings.parse_args(world + ["--seed", k]))]
+                                     for k in ("0", "1")]
+    assert saved["key"]["pairs"][0] != saved["key"]["pairs"][1]
     point = saved["result"]
     assert (point["a"]["weak"], point["b"]["weak"]) == ("addc", "mulc")  # pair_specs' weak sub-skills
     run = lambda s, v: str(root / "habit0.9_terse" / f"seed{s}" / v)

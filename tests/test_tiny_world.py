@@ -1,16 +1,26 @@
 """Tests for tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
-corrupt cache is rebuilt with a warning instead of crashing inside transformers."""
+corrupt cache is rebuilt with a warning instead of crashing inside transformers; the world's knobs; the shipped
+pair (tiny_pair/: checked on load, refused when changed, rebuilt by `python tiny_world.py build`) and pairs as seeds."""
 
+import dataclasses
 import itertools
+import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
+import memory
 import pairs
 import rollout
 import tiny_world
+import wheels
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SPEC = tiny_world.TinySpec("test-cache", "llama", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5},
                       steps=2, batch=4, seed=0)
@@ -203,3 +213,169 @@ def test_the_command_line_sets_the_world_knobs(capsys):
     with pytest.raises(SystemExit):
         settings.parse_args(["--weak-habit", "1.5"])
     assert "--weak-habit 1.5: a share of traces, give a number in [0, 1]" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the shipped pair (tiny_pair/) and pairs as seeds
+
+def test_the_shipped_files_are_the_manifests():
+    """tiny_pair/ holds exactly the files MANIFEST.json lists, byte for byte (sha256 and size), for the main job's
+    two specs, with what made them: the CPU, its exact kind, the stack, the threads and the command."""
+    manifest = tiny_world.read_manifest()
+    assert {m["model"]: k for k, m in manifest["models"].items()} == {"a": tiny_world.TINY[0].key(),
+                                                                       "b": tiny_world.TINY[1].key()}
+    assert manifest["command"] == "python tiny_world.py build" and manifest["threads"] == 1
+    assert manifest["machine"] and manifest["cpu"] and manifest["stack"]["cpu_capability"]
+    assert sorted(os.listdir(tiny_world.SHIPPED)) == sorted(["MANIFEST.json", *manifest["models"]])
+    for key, entry in manifest["models"].items():
+        folder = os.path.join(tiny_world.SHIPPED, key)
+        assert sorted(os.listdir(folder)) == sorted(entry["files"]) == [
+            "config.json", "generation_config.json", "model.safetensors", "tiny_spec.json", "tokenizer.json",
+            "tokenizer_config.json"]
+        for name, want in entry["files"].items():
+            path = os.path.join(folder, name)
+            assert (wheels.sha256_of(path), os.path.getsize(path)) == (want["sha256"], want["size"]), path
+        with open(os.path.join(folder, "tiny_spec.json")) as f:
+            assert json.load(f)["key"] == key
+
+
+def test_the_main_jobs_pair_is_the_shipped_one_with_no_warm_start(tmp_path, monkeypatch):
+    """settings.model_paths and tiny_pair give the shipped folders for the main job's specs: no warm-start (it would
+    fail here) and nothing written to the cache."""
+    import settings
+
+    monkeypatch.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started the shipped pair"))
+    monkeypatch.setattr(tiny_world, "ensure_tiny_model", lambda *a: pytest.fail("built the shipped pair"))
+    shipped = [os.path.join(tiny_world.SHIPPED, s.key()) for s in tiny_world.TINY]
+    assert tiny_world.tiny_pair(str(tmp_path)) == shipped
+    cfg = settings.parse_args(["--pair", "tiny", "--cache-dir", str(tmp_path)])
+    assert settings.model_paths(cfg) == dict(zip("ab", shipped))
+    assert os.listdir(tmp_path) == []  # no cache written
+    model, tok = pairs.load_policy(shipped[0])
+    assert model.config.model_type == "llama" and tok.decode(tok.encode("Q:47*6=")) == "Q:47*6="
+
+
+def test_a_changed_shipped_file_is_refused_by_name(tmp_path, monkeypatch):
+    """One byte of A's weights changed in a copy of tiny_pair/: refused naming the file, both sha256s and the fix,
+    with no warm-start in its place; a missing file and an extra one are refused too."""
+    monkeypatch.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started instead of refusing"))
+    copy = tmp_path / "tiny_pair"
+    shutil.copytree(tiny_world.SHIPPED, copy)
+    key = tiny_world.TINY[0].key()
+    weights = copy / key / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    want = tiny_world.read_manifest()["models"][key]["files"]["model.safetensors"]["sha256"]
+    with pytest.raises(wheels.ChecksumMismatch) as e:
+        tiny_world.tiny_pair(str(tmp_path / "cache"), shipped=str(copy))
+    message = str(e.value)
+    assert message.startswith(f"{weights}: sha256 {wheels.sha256_of(weights)}, expected {want} ")
+    assert "git checkout -- tiny_pair" in message and "python tiny_world.py build" in message
+    assert not (tmp_path / "cache").exists()
+
+    shutil.copy(os.path.join(tiny_world.SHIPPED, key, "model.safetensors"), weights)  # restored: accepted again
+    assert tiny_world.tiny_pair(str(tmp_path / "cache"), shipped=str(copy))[0] == str(copy / key)
+    os.remove(copy / key / "tokenizer.json")
+    with pytest.raises(wheels.ChecksumMismatch, match=r"tokenizer.json: sha256 nothing \(the file is missing\), expected"):
+        tiny_world.shipped_model(tiny_world.TINY[0], str(copy))
+    shutil.copy(os.path.join(tiny_world.SHIPPED, key, "tokenizer.json"), copy / key)
+    (copy / key / "vocab.txt").write_text("0\n")
+    with pytest.raises(wheels.ChecksumMismatch, match="vocab.txt: not a file of the shipped pair"):
+        tiny_world.shipped_model(tiny_world.TINY[0], str(copy))
+
+
+def test_pair_seed_k_is_its_own_pair_in_the_same_world_with_the_same_tokenizers():
+    """Pair 0 is TINY (the shipped keys); pairs 1 and 2 differ from it and from each other only in each model's init
+    and warm-start data order (TinySpec.seed 1 + 2k and 2 + 2k), never in the world or the tokenizers; --seed k is
+    pair k; only pair 0 is shipped."""
+    import settings
+
+    pairs_by_seed = {k: tiny_world.pair_specs(pair_seed=k) for k in (0, 1, 2)}
+    assert pairs_by_seed[0] == tiny_world.TINY
+    assert [s.key() for s in pairs_by_seed[0]] == ["tiny-a-llama-4a2aca6ba422", "tiny-b-gpt2-e8174788c5f7"]
+    keys = [s.key() for k in (0, 1, 2) for s in pairs_by_seed[k]]
+    assert len(set(keys)) == 6
+    for k, (a, b) in pairs_by_seed.items():
+        assert (a.seed, b.seed) == (1 + 2 * k, 2 + 2 * k)
+        assert (a.tokenizer_seed, b.tokenizer_seed, a.world_seed, b.world_seed) == (1, 2, 0, 0)
+        for spec, first in zip((a, b), tiny_world.TINY):
+            assert dataclasses.replace(spec, seed=first.seed) == first  # nothing else moved
+            assert tiny_world.tiny_tokenizer(spec).get_vocab() == tiny_world.tiny_tokenizer(first).get_vocab()
+        assert (k == 0) == (tiny_world.shipped_model(a) is not None)
+    assert settings.tiny_specs(settings.parse_args(["--seed", "3"])) == tiny_world.pair_specs(pair_seed=3)
+    assert [s.seed for s in settings.tiny_specs(settings.parse_args(["--seed", "3"]))] == [7, 8]
+    # another world's pair k: the world knobs and the seed together
+    cfg = settings.parse_args(["--weak-habit", "0.75", "--narrate", "--seed", "2"])
+    assert settings.tiny_specs(cfg) == tiny_world.pair_specs(0.75, narrate=True, pair_seed=2)
+
+
+TOY = (tiny_world.TinySpec("toy-a", "llama", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5}, steps=2,
+                           batch=4, tokenizer_seed=1, seed=1),
+       tiny_world.TinySpec("toy-b", "gpt2", d_model=16, n_layer=1, n_head=2, mix={"mul": 0.5, "add": 0.5}, steps=2,
+                           batch=4, tokenizer_seed=2, seed=2))
+
+
+def test_build_writes_a_shipped_pair_that_loads_and_checks_equal(tmp_path, monkeypatch, capsys):
+    """`build` on a toy pair (2 warm-start steps, in this process): it writes the folder and manifest, tiny_pair loads
+    it without a warm-start, and `build --check` on this machine finds every file equal, bit for bit; a changed file
+    is named, and a manifest from another CPU says that another CPU makes another pair."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one model after the other, in this process: seconds
+    shipped = str(tmp_path / "shipped")
+    assert tiny_world.build_shipped(shipped=shipped, specs=TOY) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"warm-starting {TOY[0].key()}, {TOY[1].key()} from scratch in ")
+    assert "built in " in out and f"wrote {shipped}: " in out
+    manifest = tiny_world.read_manifest(shipped)
+    assert manifest["machine"] == memory.machine() and list(manifest["models"]) == [s.key() for s in TOY]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith((".building-", ".replaced-"))]
+
+    with monkeypatch.context() as m:
+        m.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started a shipped spec"))
+        assert tiny_world.tiny_pair(str(tmp_path / "cache"), TOY, shipped) == [os.path.join(shipped, s.key()) for s in TOY]
+
+    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY) == 0
+    out = capsys.readouterr().out
+    assert out.count("  equal    ") == 12 and "all 12 files equal, bit for bit: this machine" in out
+
+    config = os.path.join(shipped, TOY[1].key(), "config.json")
+    with open(config, "a") as f:
+        f.write(" ")
+    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY) == 1
+    out = capsys.readouterr().out
+    assert f"  DIFFERS  {TOY[1].key()}/config.json  built " in out and out.count("  equal    ") == 11
+    assert "1 of 12 files differ on the machine and stack that built the shipped pair" in out
+
+    path = os.path.join(shipped, "MANIFEST.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**manifest, "machine": "Some Other CPU", "stack": {**manifest["stack"], "cpu_capability": "AVX2"}}, f)
+    tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY)
+    out = capsys.readouterr().out
+    assert "The shipped pair was built on Some Other CPU (" in out and "cpu_capability AVX2 -> " in out
+    assert "another CPU or stack warm-starts a slightly different pair" in out
+
+
+def test_build_takes_no_world_knob(capsys):
+    for argv in (["build", "--seed", "1"], ["build", "--weak-habit", "0.75"], ["--check"]):
+        with pytest.raises(SystemExit) as e:
+            tiny_world.main(argv)
+        assert e.value.code == 2
+    assert "--check goes with build" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_build_check_rebuilds_the_shipped_pair_bit_for_bit():
+    """SLOW, 3-6 minutes on 2 cores: `python tiny_world.py build --check` warm-starts the main job's two models from
+    scratch and compares them with tiny_pair/. Run only on the CPU and stack that built the shipped pair (its
+    manifest says which); anywhere else the pair would come out slightly different, by design (docs/runs.md)."""
+    manifest = tiny_world.read_manifest()
+    here = {"machine": memory.machine(), "cpu": memory.cpu_id(), "stack": memory.software_stack("cpu")}
+    other = [f"{k} {manifest.get(k)!r} here {v!r}" for k, v in here.items() if manifest.get(k) != v]
+    if other:
+        pytest.skip("the shipped tiny pair's bit-for-bit rebuild runs only where it was built: " + "; ".join(other))
+    done = subprocess.run([sys.executable, "tiny_world.py", "build", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1800)
+    print(done.stdout)  # `pytest -rP` shows it
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.count("  equal    ") == 12 and "all 12 files equal, bit for bit" in done.stdout

@@ -12,8 +12,7 @@ What is compared, on the warm-started tiny Llama (model A, RoPE) and GPT-2 (mode
 
 The tests call TRL's private methods. If one is missing or its parameters changed, `trl_call` fails naming the
 method and the version these tests were written for, instead of a bare AttributeError or TypeError.
-With the tiny pair cached the file runs in seconds; on a fresh clone `tiny_pair_ready` builds it first (minutes, once
-for the whole suite).
+The file runs in seconds: `tiny_pair_ready` is the tiny pair shipped in tiny_pair/ (no warm-start).
 """
 
 import inspect
