@@ -72,13 +72,13 @@ def load_policy(path, device="cpu", dtype=torch.float32):
     when offline and not cached, RepositoryNotFoundError, GatedRepoError, OfflineModeIsEnabled are
     all OSErrors); a local folder's own errors (e.g. a corrupt file) pass through unchanged.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     problem = None if os.path.isdir(path) else hub_problem(path)
     try:
         if problem:
             raise OSError(problem)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)  # its pad id set
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as e:
         if os.path.isdir(path):
@@ -88,8 +88,6 @@ def load_policy(path, device="cpu", dtype=torch.float32):
             f"model {path!r} is not a local folder and is not available offline ({type(e).__name__}: {cause}). "
             f"Download it beforehand with `hf download {path}` (older clients: `huggingface-cli download {path}`), "
             f"or pass a local folder with --model-a / --model-b.") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device)
     model.eval()
     return model, tokenizer
