@@ -404,6 +404,24 @@ def test_prompts_over_the_limit_are_dropped_with_a_count(char_tok_a, char_tok_b,
         tasks.fit_prompts(problems, heldout, [char_tok_a], 4)
 
 
+def test_the_benches_card_lines_with_the_driver_stubbed(monkeypatch):
+    """bench/gpu_check.sh's stages on a card: bench_small's peak memory and bench_gpu's synchronisation."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import bench_gpu
+    import bench_small
+    FakeDriver(monkeypatch)
+    synced = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "_exchange_device", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "_maybe_exchange_device", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_synchronize", lambda: synced.append(1), raising=False)
+    assert bench_small.peak_mib("cuda") == 3 * 1024
+    bench_gpu.sync("cuda")
+    bench_gpu.sync("cpu")
+    assert synced == [1]
+
+
 def test_a_run_records_the_cards_name(monkeypatch):
     FakeDriver(monkeypatch)
     assert settings.software_stack("cuda")["cuda_device"] == "Fake H100"
