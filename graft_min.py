@@ -425,7 +425,7 @@ def run(cfg, method, out, sizes_from=None):
     if method == "stored":
         runlog.check_peer_log(config)
         cfg.peer = config["peer"]
-    paths = config["model_paths"]
+    paths = settings.model_paths(cfg)  # the folders; config.json records them portably (recorded_path)
     names = [cfg.train] if method == "stored" else sorted(paths)  # a and b (one, A, for pairs.SOLO)
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg) for name in names}

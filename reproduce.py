@@ -142,20 +142,28 @@ def check_reuse(jobs, records=None, flags_only=False):
 
 
 def check_machine(records):
-    """Refuse (SystemExit) to add runs to records made on another CPU model: the tiny pair's warm-start differs from
-    one CPU to another (docs/runs.md, "Across machines"; the same stack and capability do not make it the same), so
-    the new runs would be another pair's, and a rerun of a recorded one would overwrite its numbers with that
-    pair's. The CPU is recorded in config.json ("machine") since issue 38; records without it are not compared."""
+    """Refuse (SystemExit) to add runs to records made on another CPU model with a pair warm-started there: the
+    warm-start differs from one CPU to another (docs/runs.md, "Across machines"), so the new runs would be another
+    pair's, and a rerun of a recorded one would overwrite its numbers with that pair's. Records of the shipped pairs
+    (model paths "tiny_pair/<key>": settings.recorded_path) are every machine's: only the RL part's last bits
+    differ (0.001 in one cell of 24 across CPU kernels, docs/runs.md). The CPU is in config.json ("machine") since
+    issue 38; records without it are not compared."""
     here, seen = settings.machine(), set()
     for path in glob.glob(os.path.join(records, "*", "*", "config.json")):
-        seen.add(runlog.read_json(path).get("machine"))
+        config = runlog.read_json(path)
+        paths = config.get("model_paths", {}).values()
+        if not paths or not all(p.startswith(os.path.basename(tiny_world.SHIPPED) + os.sep) for p in paths):
+            seen.add(config.get("machine"))
     other = sorted(m for m in seen - {None, here})
     if other:
-        raise SystemExit(f"reproduce.py: {records} holds runs made on {', '.join(other)}; this CPU is {here}, whose "
-                         f"warm-start makes another tiny pair, so its runs would not belong in these tables. Run on that "
-                         f"CPU, or give another --results (and --root) for a reproduction of this CPU's own")
+        raise SystemExit(f"reproduce.py: {records} holds runs made on {', '.join(other)} with pairs warm-started "
+                         f"there; this CPU is {here}, whose warm-start makes other pairs, so its runs would not belong "
+                         f"in these tables. Run on that CPU, or give another --results (and --root) for a "
+                         f"reproduction of this CPU's own")
 
 
+CURVES = ("grpo", "grpo_2n", "grpo_4n", "graft")  # the variants whose step-by-step training record is kept (steps.jsonl)
+STEP_KEYS = ("reward_mean", "all_fail_share", "peer_responses", "admitted", "admitted_correct", "clip_self", "clip_peer")
 STATS = ("all_fail_share", "groups_exchanged", "responses_admitted", "clip_self", "clip_peer")
 FIRST_LAST = ("all_fail_first_last", "train_reward_first_last", "train_all_fail_first_last")
 
@@ -226,10 +234,23 @@ def greedy_evals(jobs):
     return out
 
 
+def step_records(folder):
+    """A run's training log (metrics.jsonl) cut to what the notebooks draw over steps, per step and model: STEP_KEYS
+    (the ones the run logged) and each family's reward and all-fail share, rounded to 4 digits (~15 KB a run)."""
+    def r4(x):
+        return round(x, 4) if isinstance(x, float) else x
+    rows = []
+    for m in runlog.read_jsonl(os.path.join(folder, "metrics.jsonl")):
+        row = {"step": m["step"], "model": m["model"], **{k: r4(m[k]) for k in STEP_KEYS if k in m}}
+        row["families"] = {f: {k: r4(v) for k, v in d.items()} for f, d in m.get("families", {}).items()}
+        rows.append(row)
+    return rows
+
+
 def record_run(job, records):
     """Record a finished run for the tables (see the module docstring): its config.json and evals.jsonl, GRAFT's
-    exchange_stats (exchange.json), GRPO (n)'s and GRAFT's greedy_evals (greedy.json), then its summary.json,
-    last: a record holding summary.json is whole."""
+    exchange_stats (exchange.json), GRPO (n)'s and GRAFT's greedy_evals (greedy.json), the CURVES variants'
+    step_records (steps.jsonl), then its summary.json, last: a record holding summary.json is whole."""
     cfg, method, out = job
     dest = record_of(records, out)
     os.makedirs(dest, exist_ok=True)
@@ -238,6 +259,8 @@ def record_run(job, records):
         runlog.write_json(os.path.join(dest, "exchange.json"), exchange_stats(out))
     if variant in ("grpo", "graft"):
         runlog.write_json(os.path.join(dest, "greedy.json"), greedy_evals([job])[variant])
+    if variant in CURVES:
+        runlog.write_jsonl(os.path.join(dest, "steps.jsonl"), step_records(out))
     for name in ("config.json", "evals.jsonl", "summary.json"):
         shutil.copyfile(os.path.join(out, name), os.path.join(dest, name + ".tmp"))
         os.replace(os.path.join(dest, name + ".tmp"), os.path.join(dest, name))
@@ -540,8 +563,12 @@ def main(argv=None):
     args.eval_every = args.eval_every or min(settings.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
     flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
     args.records = os.path.join(args.results, "tiny_runs")
-    # seed by seed, GRPO (4n) and (2n), the longest, first; a seed's stored runs as soon as its GRPO (n) run is done
-    jobs = [job for seed in args.seeds for job in jobs_for(VARIANTS, [seed], flags, args.root)]
+    # Tables 1 and 6 for every seed first (a reproduction cut short by a session's end has its main table over every
+    # pair), seed by seed, GRPO (4n) and (2n), the longest, first, a seed's stored runs as soon as its GRPO (n) run
+    # is done; then the ablations, seed by seed
+    core = ("grpo_4n", "grpo_2n", "grpo", "graft", "stored_a", "stored_b")
+    jobs = (jobs_for(core, args.seeds, flags, args.root) +
+            jobs_for([v for v in VARIANTS if v not in core], args.seeds, flags, args.root))
     if args.tables_only:
         check_reuse(jobs, args.records, flags_only=True)
         todo = {os.path.basename(out) for _, _, out in jobs  # the variants with a seed not recorded

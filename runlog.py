@@ -73,6 +73,10 @@ def write_json(path, obj):
     _atomic(path, lambda f: f.write((json.dumps(obj, indent=1) + "\n").encode()))
 
 
+def write_jsonl(path, records):
+    _atomic(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+
+
 def read_json(path):
     with open(path) as f:
         try:

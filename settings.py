@@ -328,11 +328,20 @@ def model_paths(cfg):
                      f"or give --model-a and --model-b)")
 
 
+def recorded_path(path):
+    """A model folder as config.json records it: a shipped tiny model as "tiny_pair/<key>" (the same on every
+    checkout, so that a run made in one clone is reused by reproduce.py in another), any other path as it is."""
+    shipped = os.path.abspath(tiny_world.SHIPPED)
+    if os.path.dirname(os.path.abspath(path)) == shipped:
+        return os.path.join(os.path.basename(shipped), os.path.basename(path))
+    return path
+
+
 def run_config(cfg, method):
-    """The run's settings as config.json records them: every flag, the method, the model paths,
+    """The run's settings as config.json records them: every flag, the method, the model paths (recorded_path),
     the stored-mode peer, the thread count (the one set now, unless --threads gives it), the number
     of processes (torchrun's world size, 1 without it), the software stack (software_stack) and the CPU (machine)."""
-    config = {**vars(cfg), "method": method, "model_paths": model_paths(cfg),
+    config = {**vars(cfg), "method": method, "model_paths": {m: recorded_path(p) for m, p in model_paths(cfg).items()},
               "threads": cfg.threads or torch.get_num_threads(), "world_size": ddp.world_size(),
               "stack": software_stack(cfg.device), "machine": machine()}
     if method == "stored":

@@ -22,12 +22,13 @@ family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there
 (pairs.load_policy): the same path real models take. pair_specs' pair_seed k (graft_min.py's --seed) is pair
 k: its own model inits and warm-start data order in the same world, with the same tokenizers.
 
-The shipped pair. The main job's pair (TINY, pair 0) is committed in tiny_pair/ with a MANIFEST.json (each
-file's sha256 and size, the CPU and software stack that built it, the command): tiny_pair loads it after checking
-every file, with no warm-start, because the warm-start amplifies the CPU kernels' last-bit differences into
-another pair on another CPU (docs/runs.md, "Across machines"). Other specs are warm-started and cached.
+The shipped pairs. The main job's pair (TINY, pair 0) and pairs 1-4 of its world (reproduce.py's seeds; together
+SHIPPED_SPECS) are committed in tiny_pair/ with a MANIFEST.json (each file's sha256 and size, the CPU and software
+stack that built it, the command): tiny_pair loads them after checking every file, with no warm-start, because the
+warm-start amplifies the CPU kernels' last-bit differences into another pair on another CPU (docs/runs.md, "Across
+machines"). Other specs (other worlds, regime points, pairs 5 and up) are warm-started and cached.
 
-    python tiny_world.py build          warm-starts the main job's pair from scratch and writes tiny_pair/
+    python tiny_world.py build          warm-starts the shipped pairs from scratch and writes tiny_pair/
     python tiny_world.py build --check  the same, compared file by file with tiny_pair/ instead of written
     python tiny_world.py --report       the pair (shipped, or warm-started once: --seed, world knobs) and the world
             report: per model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
@@ -237,7 +238,7 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
     pair_seed k (graft_min.py's --seed, one experiment a seed): pair k of this world. Each model gets its own
     init and warm-start data order (TinySpec.seed 1 + 2k for A, 2 + 2k for B), while the world's problems and
     held-out set (world_seed) and the tokenizers (tokenizer_seed 1 and 2) stay as they are. Pair 0 is TINY, the
-    shipped pair (tiny_pair/)."""
+    first shipped pair (tiny_pair/ holds pairs 0-4: SHIPPED_SPECS)."""
     if split_carry:
         mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
         habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
@@ -258,6 +259,8 @@ def weak_family(spec):
 
 
 TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
+SHIPPED_PAIRS = 5  # pairs 0-4 of the main job's world ship in tiny_pair/: reproduce.py's five seeds, on every CPU
+SHIPPED_SPECS = tuple(spec for k in range(SHIPPED_PAIRS) for spec in pair_specs(pair_seed=k))  # A0, B0, A1, B1, ...
 
 
 def build_tiny_model(spec, tokenizer):
@@ -379,10 +382,10 @@ def _build_one(spec, cache_dir):
 def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
     """Folders of the tiny models of `specs` (the main job's pair by default).
 
-    A spec whose key the shipped pair's manifest lists (pair 0 of the main job's world: TINY) is read from the
+    A spec whose key the shipped manifest lists (pairs 0-4 of the main job's world: SHIPPED_SPECS) is read from the
     repository's tiny_pair/ folder, each file's sha256 checked first (shipped_model): no warm-start, no cache.
-    Any other spec (another seed's pair, a regime point) is warm-started on first use and cached
-    (ensure_tiny_model; two missing models warm-start in two processes). shipped: the folder holding the
+    Any other spec (a pair of another world, a regime point) is warm-started on first use and cached
+    (ensure_tiny_model; missing models warm-start in parallel, one process a core). shipped: the folder holding the
     manifest (default SHIPPED); False: warm-start every spec (`python tiny_world.py build`)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -394,23 +397,24 @@ def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
                if path is None and not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
     if len(missing) > 1 and (os.cpu_count() or 1) > 1:
         try:
-            with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
+            with ProcessPoolExecutor(min(len(missing), os.cpu_count()), mp_context=multiprocessing.get_context("spawn")) as pool:
                 list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
         except BrokenProcessPool as e:  # e.g. a script read from stdin cannot be spawned
             log.warning("parallel warm-start failed (%s); building one model after the other", e)
     return [path or ensure_tiny_model(spec, cache_dir) for spec, path in zip(specs, ready)]
 
 
-# ---------------------------------------------------------------- the shipped pair (tiny_pair/)
+# ---------------------------------------------------------------- the shipped pairs (tiny_pair/)
 #
-# The main job's two warm-started models are committed in the repository, so that `--pair tiny` prints the same
-# table on every CPU: the warm-start (600 AdamW steps from a random init) turns the kernels' last-bit differences
-# between CPUs into another pair, while the RL part barely moves (docs/runs.md, "Across machines").
+# The main job's two warm-started models, and the four other pairs of its world that reproduce.py's seeds 1-4 train,
+# are committed in the repository, so that `--pair tiny` and reproduce.py print the same tables on every CPU: the
+# warm-start (600 AdamW steps from a random init) turns the kernels' last-bit differences between CPUs into another
+# pair, while the RL part barely moves (docs/runs.md, "Across machines").
 #
 #   tiny_pair/MANIFEST.json            what the folder holds and how it was made:
 #       {"command": "python tiny_world.py build", "machine": CPU model name, "cpu": its exact kind (memory.cpu_id),
 #        "stack": versions and CPU kernels (memory.software_stack),
-#        "threads": torch threads per model, "models": {spec key: {"model": "a" or "b",
+#        "threads": torch threads per model, "models": {spec key: {"model": "a" or "b", "pair": k,
 #                                                                  "files": {name: {"sha256": hex, "size": bytes}}}}}
 #   tiny_pair/<spec key>/              save_pretrained's files and tiny_spec.json, as ensure_tiny_model writes them
 
@@ -420,7 +424,7 @@ BUILD = "python tiny_world.py build"
 
 
 def read_manifest(shipped=None):
-    """The shipped pair's manifest (a dict), or None when `shipped` (default SHIPPED) holds none."""
+    """The shipped pairs' manifest (a dict), or None when `shipped` (default SHIPPED) holds none."""
     path = os.path.join(shipped or SHIPPED, MANIFEST)
     if not os.path.exists(path):
         return None
@@ -456,7 +460,7 @@ def shipped_model(spec, shipped=None):
 
 
 def write_shipped(paths, specs, shipped=None, threads=1):
-    """Write the model folders `paths` (of `specs`, models A and B) as the shipped pair in `shipped` (default
+    """Write the model folders `paths` (of `specs`: A and B of pair 0, then of pair 1, ...) as the shipped pairs in `shipped` (default
     SHIPPED) with its manifest; returns the manifest. The new folder is assembled next to the old one and renamed
     into place, so a killed write leaves the old pair (or, between the two renames, none: `git checkout` brings
     it back). threads: the torch threads each model was warm-started with (recorded)."""
@@ -465,15 +469,16 @@ def write_shipped(paths, specs, shipped=None, threads=1):
     tmp = tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=parent)
     try:
         models = {}
-        for name, spec, path in zip("ab", specs, paths):
+        for i, (spec, path) in enumerate(zip(specs, paths)):
             dest = os.path.join(tmp, spec.key())
             shutil.copytree(path, dest)
-            models[spec.key()] = {"model": name, "files": {f: {"sha256": sha256_of(os.path.join(dest, f)),
+            models[spec.key()] = {"model": "ab"[i % 2], "pair": i // 2, "files": {f: {"sha256": sha256_of(os.path.join(dest, f)),
                                                                "size": os.path.getsize(os.path.join(dest, f))}
                                                            for f in sorted(os.listdir(dest))}}
-        manifest = {"what": "the main job's warm-started tiny pair (tiny_world.TINY, pair 0), loaded by `python "
-                            "graft_min.py --pair tiny` without a warm-start; every file is checked against its "
-                            "sha256 on load (tiny_world.shipped_model)",
+        manifest = {"what": "the warm-started tiny pairs of the main job's world (tiny_world.SHIPPED_SPECS): pair 0 "
+                            "is the main job's (`python graft_min.py --pair tiny`), pair k the one `--seed k` and "
+                            "reproduce.py's seed k train, loaded without a warm-start; every file is checked "
+                            "against its sha256 on load (tiny_world.shipped_model)",
                     "command": BUILD, "machine": memory.machine(), "cpu": memory.cpu_id(),
                     "stack": memory.software_stack("cpu"), "threads": threads, "models": models}
         with open(os.path.join(tmp, MANIFEST), "w") as f:
@@ -505,7 +510,7 @@ def compare_with_shipped(paths, specs, shipped=None):
     for spec, path in zip(specs, paths):
         entry = manifest["models"].get(spec.key())
         if entry is None:
-            print(f"{spec.key()}: not in the shipped pair ({', '.join(manifest['models'])}): the main job's spec or "
+            print(f"{spec.key()}: not in the shipped pairs ({', '.join(manifest['models'])}): the main job's spec or "
                   f"CACHE_VERSION changed since it was built; run `{BUILD}` to ship the new pair")
             differ, total = differ + 1, total + 1
             continue
@@ -538,10 +543,10 @@ def compare_with_shipped(paths, specs, shipped=None):
     return differ
 
 
-def build_shipped(check=False, shipped=None, specs=TINY):
-    """`python tiny_world.py build [--check]`: warm-start `specs` (the main job's pair) from scratch in a temporary
-    cache, one torch thread a model (two processes when there are two cores, as the main job's first run did),
-    then write them as the shipped pair (write_shipped) or, with check, compare them with it file by file
+def build_shipped(check=False, shipped=None, specs=SHIPPED_SPECS):
+    """`python tiny_world.py build [--check]`: warm-start `specs` (pairs 0-4 of the main job's world, A and B of
+    each) from scratch in a temporary cache, one torch thread a model (one process a core), then write them as the
+    shipped pairs (write_shipped) or, with check, compare them with it file by file
     (compare_with_shipped). Prints where and how long; returns the exit status (1: a file differs)."""
     cache = tempfile.mkdtemp(prefix="tiny-build-")
     threads, t0 = torch.get_num_threads(), time.time()
@@ -633,8 +638,8 @@ def main(argv=None):
                     "report on its world; or `build` the shipped pair (tiny_pair/) from scratch.")
     parser.add_argument("command", nargs="?", default="ready", choices=["ready", "build"],
                         help="ready (default): the pair of the world knobs and --seed below, from tiny_pair/ when "
-                             "shipped, else warm-started once into the cache; build: warm-start the main job's pair "
-                             "from scratch in a temporary cache and write it as tiny_pair/ with its MANIFEST.json")
+                             "shipped, else warm-started once into the cache; build: warm-start the shipped pairs "
+                             "(pairs 0-4 of the main job's world) from scratch in a temporary cache and write it as tiny_pair/ with its MANIFEST.json")
     parser.add_argument("--check", action="store_true",
                         help="with build: compare the fresh build with tiny_pair/ file by file instead of writing it "
                              "(all equal on the machine and stack that built it; another CPU makes a slightly "
@@ -654,8 +659,8 @@ def main(argv=None):
     specs = pair_specs(args.weak_habit, args.strong_habit, args.world_split, args.narrate, pair_seed=args.seed)
     if args.command == "build":
         if specs != TINY or args.report or args.cache_dir or args.json:
-            parser.error("build makes the main job's pair only (tiny_world.TINY): give it no world knob, --seed, "
-                         "--report, --cache-dir or --json")
+            parser.error("build makes the shipped pairs only (tiny_world.SHIPPED_SPECS: pairs 0-4 of the main job's "
+                         "world): give it no world knob, --seed, --report, --cache-dir or --json")
         raise SystemExit(build_shipped(check=args.check))
     if args.check:
         parser.error("--check goes with build: `python tiny_world.py build --check`")

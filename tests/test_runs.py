@@ -23,6 +23,7 @@ import pairs
 import reproduce
 import runlog
 import settings
+import tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -418,11 +419,20 @@ def test_runs_are_not_added_to_records_of_another_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "model_paths", lambda cfg: pytest.fail("warm-started before the check"))
     records = tmp_path / "results" / "tiny_runs"
     runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": "Some Other CPU @ 1.00GHz"})
-    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz; this CPU is "):
+    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz with pairs warm-started there; this CPU is "):
         reproduce.main(["--seeds", "0", "--steps", "2", "--results", str(tmp_path / "results"),
                         "--root", str(tmp_path / "runs")])
     runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": settings.machine()})
     reproduce.check_machine(str(records))  # the same CPU: no objection
+    # runs of the shipped pairs (settings.recorded_path) are every CPU's: the pair is the same file on each
+    shipped = {m: os.path.join("tiny_pair", s.key()) for m, s in zip("ab", tiny_world.TINY)}
+    runlog.write_json(str(records / "seed0" / "graft" / "config.json"),
+                      {"machine": "Some Other CPU @ 1.00GHz", "model_paths": shipped})
+    reproduce.check_machine(str(records))
+    runlog.write_json(str(records / "seed0" / "graft" / "config.json"),  # one warm-started model: that CPU's pair
+                      {"machine": "Some Other CPU @ 1.00GHz", "model_paths": {**shipped, "b": "/x/cache/tiny/b"}})
+    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz with pairs warm-started"):
+        reproduce.check_machine(str(records))
 
 
 def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_path, monkeypatch):
@@ -486,8 +496,16 @@ def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_di
     graft_min.run(cfg, method, out)
     reproduce.record_run(jobs[1], str(records))
     rec = records / "seed0" / "graft"
-    assert sorted(os.listdir(rec)) == ["config.json", "evals.jsonl", "exchange.json", "greedy.json", "summary.json"]
+    assert sorted(os.listdir(rec)) == ["config.json", "evals.jsonl", "exchange.json", "greedy.json", "steps.jsonl",
+                                       "summary.json"]
     assert sum(f.stat().st_size for f in rec.iterdir()) < 20_000  # small enough to commit
+    logged = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))  # steps.jsonl: the log's curves, rounded
+    steps = runlog.read_jsonl(rec / "steps.jsonl")
+    assert [(r["step"], r["model"]) for r in steps] == [(r["step"], r["model"]) for r in logged] and len(steps) == 4
+    for row, log in zip(steps, logged):
+        assert row["admitted"] == log["admitted"] and row["all_fail_share"] == pytest.approx(log["all_fail_share"], abs=5e-5)
+        assert row["families"]["add"]["all_fail"] == pytest.approx(log["families"]["add"]["all_fail"], abs=5e-5)
+        assert "s_values" not in row
     for name in ("config.json", "summary.json"):
         assert runlog.read_json(rec / name) == runlog.read_json(os.path.join(out, name))
     assert runlog.read_json(rec / "exchange.json") == json.loads(json.dumps(reproduce.exchange_stats(out)))

@@ -218,11 +218,13 @@ def test_the_command_line_sets_the_world_knobs(capsys):
 # ---------------------------------------------------------------- the shipped pair (tiny_pair/) and pairs as seeds
 
 def test_the_shipped_files_are_the_manifests():
-    """tiny_pair/ holds exactly the files MANIFEST.json lists, byte for byte (sha256 and size), for the main job's
-    two specs, with what made them: the CPU, its exact kind, the stack, the threads and the command."""
+    """tiny_pair/ holds exactly the files MANIFEST.json lists, byte for byte (sha256 and size), for pairs 0-4 of the
+    main job's world (pair 0 the main job's), with what made them: the CPU, its exact kind, the stack, the threads
+    and the command."""
     manifest = tiny_world.read_manifest()
-    assert {m["model"]: k for k, m in manifest["models"].items()} == {"a": tiny_world.TINY[0].key(),
-                                                                       "b": tiny_world.TINY[1].key()}
+    assert {(m["pair"], m["model"]): k for k, m in manifest["models"].items()} == {
+        (k, m): spec.key() for k in range(5) for m, spec in zip("ab", tiny_world.pair_specs(pair_seed=k))}
+    assert [s.key() for s in tiny_world.TINY] == [k for k, m in manifest["models"].items() if m["pair"] == 0]
     assert manifest["command"] == "python tiny_world.py build" and manifest["threads"] == 1
     assert manifest["machine"] and manifest["cpu"] and manifest["stack"]["cpu_capability"]
     assert sorted(os.listdir(tiny_world.SHIPPED)) == sorted(["MANIFEST.json", *manifest["models"]])
@@ -249,6 +251,9 @@ def test_the_main_jobs_pair_is_the_shipped_one_with_no_warm_start(tmp_path, monk
     assert tiny_world.tiny_pair(str(tmp_path)) == shipped
     cfg = settings.parse_args(["--pair", "tiny", "--cache-dir", str(tmp_path)])
     assert settings.model_paths(cfg) == dict(zip("ab", shipped))
+    # config.json records them as tiny_pair/<key>, the same in every clone (reproduce.py reuses records across them)
+    assert settings.recorded_path(shipped[0]) == os.path.join("tiny_pair", tiny_world.TINY[0].key())
+    assert settings.recorded_path(str(tmp_path / "x")) == str(tmp_path / "x")
     assert os.listdir(tmp_path) == []  # no cache written
     model, tok = pairs.load_policy(shipped[0])
     assert model.config.model_type == "llama" and tok.decode(tok.encode("Q:47*6=")) == "Q:47*6="
@@ -287,7 +292,7 @@ def test_a_changed_shipped_file_is_refused_by_name(tmp_path, monkeypatch):
 def test_pair_seed_k_is_its_own_pair_in_the_same_world_with_the_same_tokenizers():
     """Pair 0 is TINY (the shipped keys); pairs 1 and 2 differ from it and from each other only in each model's init
     and warm-start data order (TinySpec.seed 1 + 2k and 2 + 2k), never in the world or the tokenizers; --seed k is
-    pair k; only pair 0 is shipped."""
+    pair k; pairs 0-4 are shipped, pair 5 and another world's pairs are not."""
     import settings
 
     pairs_by_seed = {k: tiny_world.pair_specs(pair_seed=k) for k in (0, 1, 2)}
@@ -301,7 +306,9 @@ def test_pair_seed_k_is_its_own_pair_in_the_same_world_with_the_same_tokenizers(
         for spec, first in zip((a, b), tiny_world.TINY):
             assert dataclasses.replace(spec, seed=first.seed) == first  # nothing else moved
             assert tiny_world.tiny_tokenizer(spec).get_vocab() == tiny_world.tiny_tokenizer(first).get_vocab()
-        assert (k == 0) == (tiny_world.shipped_model(a) is not None)
+        assert tiny_world.shipped_model(a) == os.path.join(tiny_world.SHIPPED, a.key())
+    assert tiny_world.shipped_model(tiny_world.pair_specs(pair_seed=5)[0]) is None
+    assert tiny_world.shipped_model(tiny_world.pair_specs(0.75)[1]) is None
     assert settings.tiny_specs(settings.parse_args(["--seed", "3"])) == tiny_world.pair_specs(pair_seed=3)
     assert [s.seed for s in settings.tiny_specs(settings.parse_args(["--seed", "3"]))] == [7, 8]
     # another world's pair k: the world knobs and the seed together
@@ -316,41 +323,43 @@ TOY = (tiny_world.TinySpec("toy-a", "llama", d_model=16, n_layer=1, n_head=2, mi
 
 
 def test_build_writes_a_shipped_pair_that_loads_and_checks_equal(tmp_path, monkeypatch, capsys):
-    """`build` on a toy pair (2 warm-start steps, in this process): it writes the folder and manifest, tiny_pair loads
-    it without a warm-start, and `build --check` on this machine finds every file equal, bit for bit; a changed file
+    """`build` on two toy pairs (2 warm-start steps, in this process): it writes the folder and manifest (each model's
+    pair and letter), tiny_pair loads them without a warm-start, and `build --check` on this machine finds every file equal, bit for bit; a changed file
     is named, and a manifest from another CPU says that another CPU makes another pair."""
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one model after the other, in this process: seconds
     shipped = str(tmp_path / "shipped")
-    assert tiny_world.build_shipped(shipped=shipped, specs=TOY) == 0
+    toys = TOY + tuple(dataclasses.replace(s, seed=s.seed + 2) for s in TOY)  # pair 1: the next inits
+    assert tiny_world.build_shipped(shipped=shipped, specs=toys) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"warm-starting {TOY[0].key()}, {TOY[1].key()} from scratch in ")
+    assert out.startswith(f"warm-starting {', '.join(s.key() for s in toys)} from scratch in ")
     assert "built in " in out and f"wrote {shipped}: " in out
     manifest = tiny_world.read_manifest(shipped)
-    assert manifest["machine"] == memory.machine() and list(manifest["models"]) == [s.key() for s in TOY]
+    assert manifest["machine"] == memory.machine() and list(manifest["models"]) == [s.key() for s in toys]
+    assert [(m["pair"], m["model"]) for m in manifest["models"].values()] == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
     assert not [f for f in os.listdir(tmp_path) if f.startswith((".building-", ".replaced-"))]
 
     with monkeypatch.context() as m:
         m.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started a shipped spec"))
-        assert tiny_world.tiny_pair(str(tmp_path / "cache"), TOY, shipped) == [os.path.join(shipped, s.key()) for s in TOY]
+        assert tiny_world.tiny_pair(str(tmp_path / "cache"), toys, shipped) == [os.path.join(shipped, s.key()) for s in toys]
 
-    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY) == 0
+    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=toys) == 0
     out = capsys.readouterr().out
-    assert out.count("  equal    ") == 12 and "all 12 files equal, bit for bit: this machine" in out
+    assert out.count("  equal    ") == 24 and "all 24 files equal, bit for bit: this machine" in out
 
     config = os.path.join(shipped, TOY[1].key(), "config.json")
     with open(config, "a") as f:
         f.write(" ")
-    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY) == 1
+    assert tiny_world.build_shipped(check=True, shipped=shipped, specs=toys) == 1
     out = capsys.readouterr().out
-    assert f"  DIFFERS  {TOY[1].key()}/config.json  built " in out and out.count("  equal    ") == 11
-    assert "1 of 12 files differ on the machine and stack that built the shipped pair" in out
+    assert f"  DIFFERS  {TOY[1].key()}/config.json  built " in out and out.count("  equal    ") == 23
+    assert "1 of 24 files differ on the machine and stack that built the shipped pair" in out
 
     path = os.path.join(shipped, "MANIFEST.json")
     with open(path) as f:
         manifest = json.load(f)
     with open(path, "w") as f:
         json.dump({**manifest, "machine": "Some Other CPU", "stack": {**manifest["stack"], "cpu_capability": "AVX2"}}, f)
-    tiny_world.build_shipped(check=True, shipped=shipped, specs=TOY)
+    tiny_world.build_shipped(check=True, shipped=shipped, specs=toys)
     out = capsys.readouterr().out
     assert "The shipped pair was built on Some Other CPU (" in out and "cpu_capability AVX2 -> " in out
     assert "another CPU or stack warm-starts a slightly different pair" in out
@@ -366,8 +375,8 @@ def test_build_takes_no_world_knob(capsys):
 
 @pytest.mark.slow
 def test_build_check_rebuilds_the_shipped_pair_bit_for_bit():
-    """SLOW, 3-6 minutes on 2 cores: `python tiny_world.py build --check` warm-starts the main job's two models from
-    scratch and compares them with tiny_pair/. Run only on the CPU and stack that built the shipped pair (its
+    """SLOW, ~10 minutes on 2 cores: `python tiny_world.py build --check` warm-starts the five shipped pairs' ten
+    models from scratch and compares them with tiny_pair/. Run only on the CPU and stack that built the shipped pair (its
     manifest says which); anywhere else the pair would come out slightly different, by design (docs/runs.md)."""
     manifest = tiny_world.read_manifest()
     here = {"machine": memory.machine(), "cpu": memory.cpu_id(), "stack": memory.software_stack("cpu")}
@@ -378,4 +387,4 @@ def test_build_check_rebuilds_the_shipped_pair_bit_for_bit():
                           text=True, timeout=1800)
     print(done.stdout)  # `pytest -rP` shows it
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert done.stdout.count("  equal    ") == 12 and "all 12 files equal, bit for bit" in done.stdout
+    assert done.stdout.count("  equal    ") == 60 and "all 60 files equal, bit for bit" in done.stdout
