@@ -1,11 +1,14 @@
 """The teaching notebooks in notebooks/: each one runs top to bottom without an error (executed with
 nbclient in a fresh kernel of this very interpreter, from notebooks/), and each is stored without
-outputs so that git diffs stay readable.
+outputs so that git diffs stay readable. Executed copies, outputs and plots included, are kept in
+docs/notebooks/ for reading in a browser (GitHub renders them) without running anything; a test checks
+that each copy holds its notebook's current cells, every code cell executed.
 
 The tiny pair is built (or found in the cache) once, up front, so that no notebook pays for it:
 the kernels inherit this process's environment, so $GRAFT_MIN_CACHE applies to them too.
 
 Strip outputs after running a notebook in Jupyter:   python tests/test_notebooks.py --strip
+Rewrite the executed copies after changing a notebook: python tests/test_notebooks.py --render   (~5 min on 2 cores)
 """
 
 import glob
@@ -20,7 +23,9 @@ from nbclient import NotebookClient
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
-EXPECTED = ["01_loss_math.ipynb", "02_one_graft_step.ipynb", "03_complementarity.ipynb"]
+EXPECTED = ["01_loss_math.ipynb", "02_one_graft_step.ipynb", "03_complementarity.ipynb", "04_outcome.ipynb"]
+RENDERED = os.path.join(ROOT, "docs", "notebooks")  # the executed copies (render)
+PLOTTING = {"01_loss_math.ipynb", "03_complementarity.ipynb", "04_outcome.ipynb"}  # their copies must show images
 CELL_TIMEOUT = 240  # seconds per cell: a guard against hangs (03, the longest, takes about 2 minutes on 2 cores)
 KERNEL = "graft-min-test"
 
@@ -40,18 +45,24 @@ def unstripped_cells(nb):
             if (c.cell_type == "code" and (c.outputs or c.execution_count is not None)) or "execution" in c.metadata]
 
 
+def write_kernelspec(folder):
+    """A kernelspec named KERNEL under `folder` that starts ipykernel with sys.executable; returns the folder to put
+    first on JUPYTER_PATH, so that the notebooks run with the same packages as this process."""
+    spec = os.path.join(folder, "kernels", KERNEL)
+    os.makedirs(spec, exist_ok=True)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": "graft-min tests", "language": "python"}, f)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def kernel_of_this_interpreter(tmp_path_factory):
     """A kernelspec that starts ipykernel with sys.executable, found first via JUPYTER_PATH: the
     notebooks run with the same packages as the tests, whatever 'python3' kernels are installed."""
-    folder = tmp_path_factory.mktemp("jupyter")
-    spec = folder / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "graft-min tests", "language": "python"}))
+    folder = write_kernelspec(str(tmp_path_factory.mktemp("jupyter")))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", str(folder) + os.pathsep + os.environ.get("JUPYTER_PATH", ""))
+        mp.setenv("JUPYTER_PATH", folder + os.pathsep + os.environ.get("JUPYTER_PATH", ""))
         yield KERNEL
 
 
@@ -76,9 +87,54 @@ def test_notebook_runs_top_to_bottom(path, kernel_of_this_interpreter, tiny_pair
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
 
 
+def execute(path, kernel_name=KERNEL):
+    """The notebook at `path` executed top to bottom in a fresh kernel from notebooks/, as a notebook node."""
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name=kernel_name, resources={"metadata": {"path": NOTEBOOK_DIR}}
+                   ).execute()
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # timings: they would change the copy at every render
+    return nb
+
+
+def images(nb):
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_the_executed_copy_is_current(path):
+    """docs/notebooks/<name> holds the notebook's cells as they are now, each code cell executed (a count, and the
+    plotting notebooks' figures): a notebook changed without `--render` fails here, naming the first changed cell."""
+    name = os.path.basename(path)
+    copy_path = os.path.join(RENDERED, name)
+    fix = "rewrite the copies with: python tests/test_notebooks.py --render"
+    assert os.path.exists(copy_path), f"docs/notebooks/{name} is missing; {fix}"
+    nb, copy = nbformat.read(path, as_version=4), nbformat.read(copy_path, as_version=4)
+    assert len(copy.cells) == len(nb.cells), f"docs/notebooks/{name}: {len(copy.cells)} cells, the notebook {len(nb.cells)}; {fix}"
+    for i, (a, b) in enumerate(zip(nb.cells, copy.cells)):
+        assert (a.cell_type, a.source) == (b.cell_type, b.source), f"docs/notebooks/{name}: cell {i} differs; {fix}"
+        if a.cell_type == "code":
+            assert b.execution_count is not None, f"docs/notebooks/{name}: cell {i} was not executed; {fix}"
+    assert not any(o.get("output_type") == "error" for c in copy.cells if c.cell_type == "code" for o in c.outputs)
+    assert (images(copy) > 0) == (name in PLOTTING), f"docs/notebooks/{name}: {images(copy)} images"
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--strip"]:
-        sys.exit("usage: python tests/test_notebooks.py --strip   (clears every notebook's outputs in place)")
+    if sys.argv[1:] not in (["--strip"], ["--render"]):
+        sys.exit("usage: python tests/test_notebooks.py --strip    (clears every notebook's outputs in place)\n"
+                 "       python tests/test_notebooks.py --render   (executes each notebook into docs/notebooks/)")
+    if sys.argv[1:] == ["--render"]:
+        import tempfile
+        folder = write_kernelspec(tempfile.mkdtemp(prefix="jupyter-"))
+        os.environ["JUPYTER_PATH"] = folder + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+        os.makedirs(RENDERED, exist_ok=True)
+        for path in NOTEBOOKS:
+            out = os.path.join(RENDERED, os.path.basename(path))
+            nb = execute(path)
+            nbformat.write(nb, out + ".tmp")
+            os.replace(out + ".tmp", out)
+            print(f"wrote {os.path.relpath(out, ROOT)} ({images(nb)} images, {os.path.getsize(out) / 1e3:.0f} kB)")
+        sys.exit(0)
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         if unstripped_cells(nb):
