@@ -94,6 +94,8 @@ def execute(path, kernel_name=KERNEL):
                    ).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # timings: they would change the copy at every render
+        if cell.cell_type == "code":  # progress bars (tqdm redraws a line with \r) say nothing to a reader
+            cell.outputs = [o for o in cell.outputs if not (o.get("name") == "stderr" and o.get("text", "").startswith("\r"))]
     return nb
 
 
