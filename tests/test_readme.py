@@ -28,7 +28,7 @@ def test_readme_is_short_and_its_links_resolve():
     assert len(readme) <= 12_500, f"README.md has {len(readme)} characters; move depth into docs/"
     for doc in ("tiny_world", "results", "runs", "real_models", "verifier", "differences"):
         assert f"](docs/{doc}.md)" in readme, f"README does not link docs/{doc}.md"
-    for folder, text in [("", readme)] + [("docs", read("docs", f)) for f in os.listdir(os.path.join(ROOT, "docs"))]:
+    for folder, text in [("", readme)] + [("docs", read("docs", f)) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")]:
         for target in re.findall(r"\]\(([^)#\s]+)", text):
             if not target.startswith("http"):
                 assert os.path.exists(os.path.join(ROOT, folder, target)), f"{folder or 'README'}: broken link {target}"
