@@ -12,7 +12,7 @@ same world with the same held-out problems; seed 0 is the shipped pair (tiny_pai
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # seeds 0-4: ~3 h on 2 cores, resumable
+    python reproduce.py                                          # seeds 0-4, 90 runs: ~4.5 h on 2 cores, resumable
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
     python reproduce.py --tables-only                            # the tables from the recorded runs, running none
 
@@ -27,7 +27,8 @@ Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there
 (resumed, or taken as it is when finished) only if its config.json holds exactly this
 reproduction's settings; otherwise nothing runs and the error names each differing setting
 (use another --root, or delete the folder). Jobs run two at a time by default (--jobs), each
-single-threaded (--threads 1, part of each run's settings).
+single-threaded (--threads 1, part of each run's settings): Tables 1 and 6 over every seed first, then the
+ablations, so that a reproduction cut short has its main table over every pair.
 
 Across sessions (the whole reproduction takes longer than one): as each run ends, what the tables need of it
 is recorded under results/tiny_runs/seed<k>/<variant>/ (record_run: config.json, summary.json, evals.jsonl, and
