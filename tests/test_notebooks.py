@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 import nbformat
 import pytest
@@ -132,10 +133,13 @@ if __name__ == "__main__":
         os.makedirs(RENDERED, exist_ok=True)
         for path in NOTEBOOKS:
             out = os.path.join(RENDERED, os.path.basename(path))
+            t0 = time.time()
             nb = execute(path)
+            seconds = time.time() - t0
             nbformat.write(nb, out + ".tmp")
             os.replace(out + ".tmp", out)
-            print(f"wrote {os.path.relpath(out, ROOT)} ({images(nb)} images, {os.path.getsize(out) / 1e3:.0f} kB)")
+            print(f"wrote {os.path.relpath(out, ROOT)} ({images(nb)} images, {os.path.getsize(out) / 1e3:.0f} kB; "
+                  f"executed in {seconds:.0f} s)")
         sys.exit(0)
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
