@@ -397,7 +397,8 @@ def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
                if path is None and not os.path.isdir(os.path.join(cache_dir, "tiny", s.key()))]
     if len(missing) > 1 and (os.cpu_count() or 1) > 1:
         try:
-            with ProcessPoolExecutor(min(len(missing), os.cpu_count()), mp_context=multiprocessing.get_context("spawn")) as pool:
+            workers, context = min(len(missing), os.cpu_count()), multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=context) as pool:
                 list(pool.map(_build_one, missing, [cache_dir] * len(missing)))
         except BrokenProcessPool as e:  # e.g. a script read from stdin cannot be spawned
             log.warning("parallel warm-start failed (%s); building one model after the other", e)
@@ -460,7 +461,8 @@ def shipped_model(spec, shipped=None):
 
 
 def write_shipped(paths, specs, shipped=None, threads=1):
-    """Write the model folders `paths` (of `specs`: A and B of pair 0, then of pair 1, ...) as the shipped pairs in `shipped` (default
+    """Write the model folders `paths` (of `specs`: A and B of pair 0, then of pair 1, ...) as the shipped pairs in
+    `shipped` (default
     SHIPPED) with its manifest; returns the manifest. The new folder is assembled next to the old one and renamed
     into place, so a killed write leaves the old pair (or, between the two renames, none: `git checkout` brings
     it back). threads: the torch threads each model was warm-started with (recorded)."""
@@ -472,9 +474,10 @@ def write_shipped(paths, specs, shipped=None, threads=1):
         for i, (spec, path) in enumerate(zip(specs, paths)):
             dest = os.path.join(tmp, spec.key())
             shutil.copytree(path, dest)
-            models[spec.key()] = {"model": "ab"[i % 2], "pair": i // 2, "files": {f: {"sha256": sha256_of(os.path.join(dest, f)),
-                                                               "size": os.path.getsize(os.path.join(dest, f))}
-                                                           for f in sorted(os.listdir(dest))}}
+            models[spec.key()] = {"model": "ab"[i % 2], "pair": i // 2,
+                                  "files": {f: {"sha256": sha256_of(os.path.join(dest, f)),
+                                                "size": os.path.getsize(os.path.join(dest, f))}
+                                            for f in sorted(os.listdir(dest))}}
         manifest = {"what": "the warm-started tiny pairs of the main job's world (tiny_world.SHIPPED_SPECS): pair 0 "
                             "is the main job's (`python graft_min.py --pair tiny`), pair k the one `--seed k` and "
                             "reproduce.py's seed k train, loaded without a warm-start; every file is checked "
@@ -639,7 +642,8 @@ def main(argv=None):
     parser.add_argument("command", nargs="?", default="ready", choices=["ready", "build"],
                         help="ready (default): the pair of the world knobs and --seed below, from tiny_pair/ when "
                              "shipped, else warm-started once into the cache; build: warm-start the shipped pairs "
-                             "(pairs 0-4 of the main job's world) from scratch in a temporary cache and write it as tiny_pair/ with its MANIFEST.json")
+                             "(pairs 0-4 of the main job's world) from scratch in a temporary cache and write them "
+                             "as tiny_pair/ with its MANIFEST.json")
     parser.add_argument("--check", action="store_true",
                         help="with build: compare the fresh build with tiny_pair/ file by file instead of writing it "
                              "(all equal on the machine and stack that built it; another CPU makes a slightly "
