@@ -118,7 +118,7 @@ def main(argv=None):
     p.add_argument("--narrate", default="off,on", help="levels of --narrate: off, on or off,on")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds per point")
     p.add_argument("--steps", type=int, default=settings.PRESETS["tiny"]["steps"], help="steps per run")
-    p.add_argument("--eval-every", type=int, default=settings.PRESETS["tiny"]["eval_every"], help="evaluation cadence")
+    p.add_argument("--eval-every", type=int, default=reproduce.EVAL_EVERY, help="evaluation cadence")
     p.add_argument("--root", default=os.path.join("runs", "regimes"), help="where the run folders go")
     p.add_argument("--results", default="results", help="where regimes.png and regimes.json go")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")

@@ -56,6 +56,11 @@ import settings
 import tiny_world
 from tqdm import tqdm
 
+# Held-out evaluation every 8 steps: the curves over steps of every recorded run (results/tiny_runs/) and of the
+# regime map. Pinned here, not read from the tiny preset: the main job evaluates less often (settings.PRESETS), and a
+# run's cadence is one of the settings a recorded run is reused under.
+EVAL_EVERY = 8
+
 # variant -> (method, extra flags, which models it reports)
 VARIANTS = {
     "grpo_4n": ("grpo", ["--n", "32"], "ab"),
@@ -545,6 +550,13 @@ def update_between_markers(path, name, text, tool="reproduce.py"):
     return True
 
 
+def run_flags(steps, eval_every=None):
+    """The flags every run of a reproduction gets: its length, its evaluation cadence (default EVAL_EVERY, at least 4
+    evaluations a run) and one thread; they are part of the settings a recorded run is reused under."""
+    eval_every = eval_every or min(EVAL_EVERY, max(1, steps // 4))
+    return ["--steps", str(steps), "--eval-every", str(eval_every), "--threads", "1"]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Reproduce the paper's tables in the tiny world.")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
@@ -552,7 +564,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=settings.PRESETS["tiny"]["steps"],
                    help="steps per run (default: the tiny preset's, as the main job)")
     p.add_argument("--eval-every", type=int, default=None,
-                   help="held-out evaluation every K steps (default: the tiny preset's, at least 4 times a run)")
+                   help=f"held-out evaluation every K steps (default: {EVAL_EVERY}, at least 4 times a run)")
     p.add_argument("--root", default=os.path.join("runs", "reproduce"), help="where the run folders go")
     p.add_argument("--results", default="results", help="where the tables and plots go")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs in parallel")
@@ -561,8 +573,8 @@ def main(argv=None):
                         "not yet recorded for every seed shows '-' in Table 2 and is left out of the other tables")
     args = p.parse_args(argv)
     args.argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--tables-only"]  # same numbers
-    args.eval_every = args.eval_every or min(settings.PRESETS["tiny"]["eval_every"], max(1, args.steps // 4))
-    flags = ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1"]
+    flags = run_flags(args.steps, args.eval_every)
+    args.eval_every = int(flags[3])
     args.records = os.path.join(args.results, "tiny_runs")
     # Tables 1 and 6 for every seed first (a reproduction cut short by a session's end has its main table over every
     # pair), seed by seed, GRPO (4n) and (2n), the longest, first, a seed's stored runs as soon as its GRPO (n) run

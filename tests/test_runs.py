@@ -472,10 +472,12 @@ def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_p
         reproduce.main(argv)
 
 
-def test_the_committed_records_stay_reusable_with_the_flags_added_since():
-    # results/tiny_runs' 50 runs were recorded before --seq-ratio, --random-prompts and --random-admission: reproduce.py
-    # must still take them as its own (their config.json lacks the keys, read as off), on every flag it sets
-    flags = ["--steps", "32", "--eval-every", "8", "--threads", "1"]
+def test_the_committed_records_stay_reusable_with_the_flags_added_since(monkeypatch):
+    # every committed record must be reproduce.py's own under its default flags (a record made before a flag was
+    # added lacks its key, read as off); the tiny preset's evaluation cadence is the main job's, not the records'
+    monkeypatch.setitem(settings.PRESETS, "tiny", {**settings.PRESETS["tiny"], "eval_every": 32})
+    flags = reproduce.run_flags(settings.PRESETS["tiny"]["steps"])
+    assert flags == ["--steps", "32", "--eval-every", "8", "--threads", "1"]
     jobs = reproduce.jobs_for(reproduce.VARIANTS, [0, 1, 2, 3, 4], flags, os.path.join("runs", "reproduce"))
     records = os.path.join(ROOT, "results", "tiny_runs")
     recorded = [job for job in jobs if os.path.exists(os.path.join(reproduce.record_of(records, job[2]), "summary.json"))]
