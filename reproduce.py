@@ -123,10 +123,16 @@ def record_of(records, out):
     return os.path.join(records, os.path.basename(os.path.dirname(out)), os.path.basename(out))
 
 
+def peer_tail(peer_log):
+    """seed<k>/grpo/trajectories.jsonl of a stored-peer run's --peer-log: the part that does not name the --root."""
+    return os.path.normpath(peer_log).split(os.sep)[-3:]
+
+
 def check_reuse(jobs, records=None, flags_only=False):
     """Refuse (SystemExit) if a job's record or folder holds a run made with other settings: a finished run
     would be reported as this reproduction's, an unfinished one resumed into a mix. Every key but
-    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps, the evaluation cadence and the stack too.
+    the bookkeeping ones (runlog.BOOKKEEPING) must match, --steps, the evaluation cadence and the stack too; a
+    record of a stored-peer run matches whatever --root its seed's GRPO (n) log was under.
     flags_only (--tables-only): only the records, on the settings that the flags make (not the model paths, which
     settings.run_config finds by warm-starting the tiny pair, nor the stack, which collect checks across runs)."""
     errors = []
@@ -136,8 +142,11 @@ def check_reuse(jobs, records=None, flags_only=False):
         if not recorded and (flags_only or not os.path.exists(os.path.join(out, "checkpoint.pt"))):
             continue  # nothing to reuse: the run starts from scratch
         new = {**vars(cfg), "method": method} if flags_only else settings.run_config(cfg, method)
+        saved = runlog.saved_config(where)
+        if recorded and method == "stored" and peer_tail(saved["peer_log"]) == peer_tail(new["peer_log"]):
+            saved["peer_log"] = new["peer_log"]  # its seed's GRPO (n) log, under whichever --root made the record
         try:
-            runlog.check_config(runlog.saved_config(where), new, os.path.join(where, "config.json"),
+            runlog.check_config(saved, new, os.path.join(where, "config.json"),
                                 ignore=runlog.BOOKKEEPING, keys=sorted(new) if flags_only else None,
                                 fix="reproduce.py reuses a run folder or record only with the same settings; "
                                     "give another --root (or --results), or delete it to rerun the run")

@@ -481,8 +481,27 @@ def test_the_committed_records_stay_reusable_with_the_flags_added_since(monkeypa
     jobs = reproduce.jobs_for(reproduce.VARIANTS, [0, 1, 2, 3, 4], flags, os.path.join("runs", "reproduce"))
     records = os.path.join(ROOT, "results", "tiny_runs")
     recorded = [job for job in jobs if os.path.exists(os.path.join(reproduce.record_of(records, job[2]), "summary.json"))]
-    assert len(recorded) >= 50
+    assert len(recorded) == 90  # five pairs x 18 variants
     reproduce.check_reuse(jobs, records, flags_only=True)
+
+
+def test_a_stored_run_record_is_reused_under_another_root_but_not_with_another_peer(tmp_path):
+    # a stored-peer run's config names its peer log under the --root that ran it (here runs/five_pairs): its record
+    # is the same run under any root, but one that replayed another seed's GRPO log is not
+    flags = reproduce.run_flags(32)
+    (cfg, method, out), = reproduce.jobs_for(["stored_a"], [1], flags, os.path.join("runs", "five_pairs"))
+    record = tmp_path / "seed1" / "stored_a"
+    record.mkdir(parents=True)
+    config = {**vars(cfg), "method": method}
+    runlog.write_json(str(record / "summary.json"), {})
+    runlog.write_json(str(record / "config.json"), config)
+    again = reproduce.jobs_for(["stored_a"], [1], flags, os.path.join("runs", "reproduce"))
+    assert again[0][0].peer_log == os.path.join("runs", "reproduce", "seed1", "grpo", "trajectories.jsonl")
+    reproduce.check_reuse(again, str(tmp_path), flags_only=True)
+    runlog.write_json(str(record / "config.json"),
+                      {**config, "peer_log": os.path.join("runs", "five_pairs", "seed0", "grpo", "trajectories.jsonl")})
+    with pytest.raises(SystemExit, match="peer_log: saved .*seed0.*, now .*seed1"):
+        reproduce.check_reuse(again, str(tmp_path), flags_only=True)
 
 
 def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_dirs, tmp_path, monkeypatch):
