@@ -12,7 +12,7 @@ same world with the same held-out problems; seed 0 is the shipped pair (tiny_pai
     Table 9   clipped share of self vs peer tokens
     Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
 
-    python reproduce.py                                          # seeds 0-4, 90 runs: ~4.5 h on 2 cores, resumable
+    python reproduce.py                                          # seeds 0-4, 90 runs: ~2.5 h on 2 cores, resumable
     python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
     python reproduce.py --tables-only                            # the tables from the recorded runs, running none
 
