@@ -559,11 +559,15 @@ def update_between_markers(path, name, text, tool="reproduce.py"):
     return True
 
 
+def default_eval_every(steps):
+    """EVAL_EVERY, or less for runs too short to be evaluated 4 times at that cadence."""
+    return min(EVAL_EVERY, max(1, steps // 4))
+
+
 def run_flags(steps, eval_every=None):
-    """The flags every run of a reproduction gets: its length, its evaluation cadence (default EVAL_EVERY, at least 4
-    evaluations a run) and one thread; they are part of the settings a recorded run is reused under."""
-    eval_every = eval_every or min(EVAL_EVERY, max(1, steps // 4))
-    return ["--steps", str(steps), "--eval-every", str(eval_every), "--threads", "1"]
+    """The flags every run of a reproduction gets: its length, its evaluation cadence (default_eval_every) and one
+    thread; they are part of the settings a recorded run is reused under."""
+    return ["--steps", str(steps), "--eval-every", str(eval_every or default_eval_every(steps)), "--threads", "1"]
 
 
 def main(argv=None):
@@ -582,8 +586,8 @@ def main(argv=None):
                         "not yet recorded for every seed shows '-' in Table 2 and is left out of the other tables")
     args = p.parse_args(argv)
     args.argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--tables-only"]  # same numbers
+    args.eval_every = args.eval_every or default_eval_every(args.steps)
     flags = run_flags(args.steps, args.eval_every)
-    args.eval_every = int(flags[3])
     args.records = os.path.join(args.results, "tiny_runs")
     # Tables 1 and 6 for every seed first (a reproduction cut short by a session's end has its main table over every
     # pair), seed by seed, GRPO (4n) and (2n), the longest, first, a seed's stored runs as soon as its GRPO (n) run
