@@ -14,14 +14,18 @@ Two knobs, the same for both models and all three methods:
                 column narrated (~75), with the same few decisive tokens (Eq. 7 averages per token)
 
 At each point: GRPO (n), GRPO (2n) and GRAFT from the same warm-start, --seeds each, seed k being the point's
-pair k (its own warm-start: tiny_world.pair_specs) and RL seed k (reproduce.py's run folders and reuse rules). Writes results/regimes.png (deltas against what the receiver's own samples
-get right on its weak sub-skill at the start: its T = 1 training reward there in the first 20% of GRPO (n)'s
-steps, since the held-out pass@1 at T 0.6 is 0.000 at several points; at the first evaluation and at the
-end, seed spread as error bars; and what the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a
-later run reuses them without the run folders, if made with the same flags, seeds and software stack), and the table between the `<!-- regimes.py: map -->` markers of
-docs/results.md.
+pair k (its own warm-start: tiny_world.pair_specs) and RL seed k (reproduce.py's run folders and reuse rules).
+Writes results/regimes.png (deltas against what the receiver's own samples get right on its weak sub-skill at
+the start: its T = 1 training reward there in the first 20% of GRPO (n)'s steps, since the held-out pass@1 at
+T 0.6 is 0.000 at several points; at the first evaluation and at the end, seed spread as error bars; and what
+the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a later
+run reuses them without the run folders, if made with the same flags, seeds, software stack and pairs), and the table
+between the `<!-- regimes.py: map -->` markers of docs/results.md.
+Across sessions (the map takes ~4.5 h on 2 cores): as each run ends, what the table needs of it is recorded in
+results/regimes/<point>/seed<k>/<variant>/ (record_point_run), to be committed; a later session, without the run
+folders, runs only the runs without a record.
 
-    python regimes.py                  # the whole map (resumable: finished runs are reused, others resumed)
+    python regimes.py                  # the whole map (resumable: recorded runs are reused, others resumed)
     python regimes.py --report         # the table and figure from the points finished so far
 """
 
@@ -58,20 +62,32 @@ def _at(curves, variant, seed, model, fam, step):
     return next(e[fam] for e in curves[variant][seed] if e["model"] == model and e["step"] == step)
 
 
-def point_result(root, seeds, eval_every, steps):
+def record_point_run(job, records):
+    """Keep what point_result needs of a finished run (records/seed<k>/<variant>/): config.json, evals.jsonl,
+    GRAFT's exchange statistics (exchange.json, reproduce.exchange_stats), and summary.json last (it marks a
+    record whole); a few KB a run, to be committed, so that a point cut by a session's end keeps its finished runs."""
+    _, _, out = job
+    dest = reproduce.record_of(records, out)
+    if os.path.basename(out) == "graft":
+        runlog.write_json(os.path.join(dest, "exchange.json"), reproduce.exchange_stats(out))
+    reproduce.keep_files(out, dest)
+
+
+def point_result(records, seeds, eval_every, steps):
     """What one finished grid point shows, per receiver: start pass@1 on its weak sub-skill, GRAFT - GRPO (n)
     and GRPO (2n) - GRPO (n) there at the first evaluation and at the end (per seed), the worst GRAFT - GRPO (n)
-    over its other families at the end (mean over seeds), all-fail shares, and the exchange (reproduce.exchange_stats)."""
-    cfg = runlog.read_json(os.path.join(root, f"seed{seeds[0]}", "graft", "config.json"))
+    over its other families at the end (mean over seeds), all-fail shares, and the exchange (reproduce.exchange_stats),
+    read from the point's run records (record_point_run)."""
+    cfg = runlog.read_json(os.path.join(records, f"seed{seeds[0]}", "graft", "config.json"))
     specs = settings.tiny_specs(argparse.Namespace(**cfg))
-    xs = {s: reproduce.exchange_stats(os.path.join(root, f"seed{s}", "graft")) for s in seeds}
-    curves = reproduce.eval_curves(root, {v: seeds for v in VARIANTS})  # each evals.jsonl read once
+    xs = {s: runlog.read_json(os.path.join(records, f"seed{s}", "graft", "exchange.json")) for s in seeds}
+    curves = reproduce.eval_curves(records, {v: seeds for v in VARIANTS})  # each evals.jsonl read once
     out = {}
     for m, spec in zip("ab", specs):
         weak = tiny_world.weak_family(spec)
         start = [_at(curves, "grpo", s, m, weak, 0) for s in seeds]
         diff = lambda v, step: [_at(curves, v, s, m, weak, step) - _at(curves, "grpo", s, m, weak, step) for s in seeds]
-        summary = {v: [runlog.read_json(os.path.join(root, f"seed{s}", v, "summary.json"))["models"][m] for s in seeds]
+        summary = {v: [runlog.read_json(os.path.join(records, f"seed{s}", v, "summary.json"))["models"][m] for s in seeds]
                    for v in ("grpo", "graft")}
         others = [f for f in summary["grpo"][0]["end"] if f not in (weak, "mean")]
         out[m] = {"weak": weak, "start": statistics.mean(start),
@@ -128,8 +144,6 @@ def main(argv=None):
     args = p.parse_args(argv)
     narrate = [{"off": False, "on": True}[v] for v in args.narrate.split(",")]
     grid = [(h, v) for v in narrate for h in args.weak_habits]  # terse points first: the cheaper half
-    log_path = os.path.join(args.root, "wall.json")  # wall time per point, as measured when it ran
-    walls = runlog.read_json(log_path) if os.path.exists(log_path) else {}
     results, saved_wall = {}, {}
     for h, v in grid:
         name, root = point_name(h, v), os.path.join(args.root, point_name(h, v))
@@ -147,22 +161,30 @@ def main(argv=None):
             saved = runlog.read_json(saved_path)
             results[name], saved_wall[name] = saved["result"], saved["wall_seconds"]
             continue
+        if args.report:  # only the saved points: a run makes a point from its records once it checked their settings
+            continue
+        # an unfinished point's finished runs are recorded in results/regimes/<point>/ (record_point_run), to be
+        # committed, with its wall time so far (wall.json): a later session runs only the others
+        records = os.path.join(args.results, "regimes", name)
+        wall_path = os.path.join(records, "wall.json")
         jobs = reproduce.jobs_for(VARIANTS, args.seeds, flags, root)
-        reproduce.check_reuse(jobs)
-        finished = all(os.path.exists(os.path.join(out, "summary.json")) for _, _, out in jobs)
-        if not finished and not args.report:
+        reproduce.check_reuse(jobs, records)  # the records' settings, stack and pairs too
+        reproduce.check_machine(records)  # its pairs are warm-started on the CPU that runs them
+        todo = [(cfg, method, out) for cfg, method, out in jobs
+                if not os.path.exists(os.path.join(reproduce.record_of(records, out), "summary.json"))]
+        if todo:
             t0 = time.time()
             try:  # the wall time is kept even when the point is stopped (Ctrl-C) and resumed by a later session
-                for cfg in cfgs:  # each seed's pair, warm-started once, first
-                    settings.model_paths(cfg)
-                graft_min.run_parallel(jobs, args.jobs, f"regime point {name}: runs")
+                for cfg in cfgs:  # each seed's pair with runs to go, warm-started once, first
+                    if any(job[0].seed == cfg.seed for job in todo):
+                        settings.model_paths(cfg)
+                reproduce.run_jobs(todo, args.jobs, records, record=record_point_run)
             finally:
-                walls[name] = walls.get(name, 0.0) + time.time() - t0
-                runlog.write_json(log_path, walls)
-            finished = True
-        if finished:
-            results[name], saved_wall[name] = point_result(root, args.seeds, args.eval_every, args.steps), walls.get(name)
-            runlog.write_json(saved_path, {"key": key, "result": results[name], "wall_seconds": saved_wall[name]})
+                wall = (runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else 0.0) + time.time() - t0
+                runlog.write_json(wall_path, {"seconds": wall})
+        results[name] = point_result(records, args.seeds, args.eval_every, args.steps)  # every run recorded now
+        saved_wall[name] = runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else None
+        runlog.write_json(saved_path, {"key": key, "result": results[name], "wall_seconds": saved_wall[name]})
     if not results:
         raise SystemExit("regimes.py: no grid point has finished yet; run `python regimes.py` first")
     lines = table_lines(results, args.seeds, args.steps, args.eval_every)

@@ -47,7 +47,7 @@ import os
 import shutil
 import statistics
 import sys
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import graft_min
 import plots
@@ -276,7 +276,13 @@ def record_run(job, records):
         runlog.write_json(os.path.join(dest, "greedy.json"), greedy_evals([job])[variant])
     if variant in CURVES:
         runlog.write_jsonl(os.path.join(dest, "steps.jsonl"), step_records(out))
-    for name in ("config.json", "evals.jsonl", "summary.json"):
+    keep_files(out, dest)
+
+
+def keep_files(out, dest, names=("config.json", "evals.jsonl", "summary.json")):
+    """Copy a run folder's files into its record, each atomically, in order: summary.json last marks it whole."""
+    os.makedirs(dest, exist_ok=True)
+    for name in names:
         shutil.copyfile(os.path.join(out, name), os.path.join(dest, name + ".tmp"))
         os.replace(os.path.join(dest, name + ".tmp"), os.path.join(dest, name))
 
@@ -295,11 +301,27 @@ def recorded_greedy(records, seeds_of):
     return out
 
 
-def run_jobs(jobs, workers, records):
-    """Run (cfg, method, out) jobs, `workers` at a time, each in its own process on one thread, in order, and
-    record each as it ends (record_run), so that a session that stops keeps every finished run. A stored-peer
-    run waits for the GRPO (n) run of its seed when that one is among the jobs: it reads its log."""
-    pending, running = list(jobs), {}
+class InProcess:
+    """The executor of one worker: each job runs at once, in this process (as graft_min.run_parallel does)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, job):
+        future = Future()
+        future.set_result(fn(job))  # an error is raised here, with its traceback
+        return future
+
+
+def run_jobs(jobs, workers, records, record=None):
+    """Run (cfg, method, out) jobs, `workers` at a time, each in its own process on one thread (one worker: in this
+    one), in order, and record each as it ends (record: record_run unless given; record(job, records)), so that a
+    session that stops keeps every finished run. A stored-peer run waits for the GRPO (n) run of its seed when that
+    one is among the jobs: it reads its log."""
+    record, pending, running = record or record_run, list(jobs), {}
 
     def ready(job):
         _, method, out = job
@@ -307,8 +329,8 @@ def run_jobs(jobs, workers, records):
         return method != "stored" or all(o != grpo for _, _, o in pending + list(running.values()))
 
     bar = tqdm(total=len(jobs), desc="reproduce: runs", unit="run")
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 1 else InProcess()
+    with pool:
         while pending or running:
             while len(running) < workers and any(ready(j) for j in pending):
                 job = next(j for j in pending if ready(j))
@@ -320,7 +342,7 @@ def run_jobs(jobs, workers, records):
             for future in done:
                 job = running.pop(future)
                 future.result()  # a run's error ends the reproduction here, with its traceback
-                record_run(job, records)
+                record(job, records)
                 bar.update(1)
     bar.close()
 

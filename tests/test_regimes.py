@@ -1,14 +1,17 @@
 """regimes.py on tiny random models: a grid point's numbers are what its run folders say, a finished point is
-kept in results/regimes/<point>.json and reused without its run folders, and only with the same settings."""
+kept in results/regimes/<point>.json and reused without its run folders, and only with the same settings; an
+unfinished point's finished runs are recorded (results/regimes/<point>/) and not run again by a later session."""
 
 import json
 import os
+import shutil
 import zlib
 
 import pytest
 
 import graft_min
 import regimes
+import reproduce
 import settings
 
 QUICK = "--prompts-per-step 4 --n 2 --max-new-tokens 6 --eval-problems 3 --eval-samples 1 --ckpt-every 2"
@@ -50,8 +53,13 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
     assert "| habit0.9_terse | A (addc) |" in table and "1 of 1 points" in table
     assert (res / "regimes.png").is_file()
 
+    records = res / "regimes" / "habit0.9_terse"  # each run's record, the exchange statistics of GRAFT's too
+    assert sorted(p.relative_to(records).as_posix() for p in records.rglob("summary.json")) == [
+        f"seed{s}/{v}/summary.json" for s in (0, 1) for v in ("graft", "grpo", "grpo_2n")]
+    assert (records / "seed1" / "graft" / "exchange.json").is_file()
+
     # the run folders gone, the point is reused from its JSON file, nothing runs
-    monkeypatch.setattr(graft_min, "run_parallel", lambda *a: pytest.fail("ran again"))
+    monkeypatch.setattr(reproduce, "run_jobs", lambda *a, **kw: pytest.fail("ran again"))
     os.rename(root, tmp_path / "moved")
     regimes.main(argv + ["--report"])
     assert "| habit0.9_terse | A (addc) |" in capsys.readouterr().out
@@ -68,18 +76,51 @@ def test_a_grid_point_reports_its_runs_and_is_reused_without_them(model_dirs, tm
 def test_a_stopped_point_keeps_its_wall_time_for_the_resumed_one(model_dirs, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
 
-    def stopped(*a):
+    def stopped(*a, **kw):
         raise KeyboardInterrupt  # as Ctrl-C would stop the runs (a SIGKILL leaves no time to write anything)
 
-    monkeypatch.setattr(graft_min, "run_parallel", stopped)
+    monkeypatch.setattr(reproduce, "run_jobs", stopped)
     argv = ["--weak-habits", "1.0", "--narrate", "off", "--seeds", "0", "--steps", "2", "--eval-every", "1",
             "--root", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--jobs", "1", "--run-flags", QUICK]
 
-    def stop_and_read_walls():
+    def stop_and_read_wall():
         with pytest.raises(KeyboardInterrupt):
             regimes.main(argv)
-        return json.loads((tmp_path / "runs" / "wall.json").read_text())
+        return json.loads((tmp_path / "results" / "regimes" / "habit1_terse" / "wall.json").read_text())["seconds"]
 
-    first, second = stop_and_read_walls(), stop_and_read_walls()
-    assert list(first) == list(second) == ["habit1_terse"]
-    assert 0 < first["habit1_terse"] < second["habit1_terse"]  # the second stop adds to the first, not replaces it
+    first, second = stop_and_read_wall(), stop_and_read_wall()
+    assert 0 < first < second  # the second stop adds to the first, not replaces it
+
+
+def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
+    monkeypatch.setattr(graft_min, "reward", fake_reward)
+    run_jobs, ran = reproduce.run_jobs, []
+
+    def two_then_stop(jobs, workers, records, record=None):  # the session ends after two runs
+        ran.append([os.path.basename(os.path.dirname(out)) + "/" + os.path.basename(out) for _, _, out in jobs])
+        run_jobs(jobs[:2], workers, records, record)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce, "run_jobs", two_then_stop)
+    root, res = tmp_path / "runs", tmp_path / "results"
+    argv = ["--weak-habits", "0.9", "--narrate", "off", "--seeds", "0", "1", "--steps", "2", "--eval-every", "1",
+            "--root", str(root), "--results", str(res), "--jobs", "1", "--run-flags", QUICK]
+    with pytest.raises(KeyboardInterrupt):
+        regimes.main(argv)
+    assert not (res / "regimes" / "habit0.9_terse.json").exists()
+    shutil.rmtree(root)  # a new session: the run folders are gone, the records (committed) are there
+
+    def the_rest(jobs, workers, records, record=None):
+        ran.append([os.path.basename(os.path.dirname(out)) + "/" + os.path.basename(out) for _, _, out in jobs])
+        run_jobs(jobs, workers, records, record)
+
+    monkeypatch.setattr(reproduce, "run_jobs", the_rest)
+    regimes.main(argv)
+    every = [f"seed{s}/{v}" for s in (0, 1) for v in ("grpo_2n", "grpo", "graft")]
+    assert ran == [every, every[2:]]  # the two recorded runs were not run again
+    point = json.loads((res / "regimes" / "habit0.9_terse.json").read_text())["result"]
+    run = lambda s, v: str(res / "regimes" / "habit0.9_terse" / f"seed{s}" / v)
+    for m, weak in (("a", "addc"), ("b", "mulc")):  # seed 0's GRPO (2n) from the first session, GRPO (n) the second
+        want = [evals_at(run(s, "grpo_2n"), m, 2)[weak] - evals_at(run(s, "grpo"), m, 2)[weak] for s in (0, 1)]
+        assert point[m]["grpo2n_end"] == pytest.approx(want)

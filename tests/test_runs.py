@@ -549,11 +549,12 @@ def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_di
 
 
 def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(monkeypatch, tmp_path):
-    order, recorded = [], []
+    order, recorded, submitted = [], [], []
+    monkeypatch.setattr(graft_min, "_run_job", lambda job: order.append(os.path.relpath(job[2], tmp_path)))
 
-    class Pool:  # runs each job at once, in this process, in submission order
-        def __init__(self, *a, **kw):
-            pass
+    class Pool:  # two workers' pool, each job run at once, in this process, in submission order
+        def __init__(self, workers, **kw):
+            assert workers == 2
 
         def __enter__(self):
             return self
@@ -563,16 +564,22 @@ def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(mo
 
         def submit(self, fn, job):
             from concurrent.futures import Future
-            order.append(os.path.relpath(job[2], tmp_path))
+            submitted.append(os.path.relpath(job[2], tmp_path))
             f = Future()
-            f.set_result(None)
+            f.set_result(fn(job))
             return f
     monkeypatch.setattr(reproduce, "ProcessPoolExecutor", Pool)
     monkeypatch.setattr(reproduce, "record_run", lambda job, records: recorded.append(os.path.relpath(job[2], tmp_path)))
     jobs = reproduce.jobs_for(["stored_a", "grpo_4n", "grpo"], [0], ["--steps", "1"], str(tmp_path))
-    reproduce.run_jobs(jobs, 1, str(tmp_path / "records"))
-    assert order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]  # the stored run waited for its peer log
+    reproduce.run_jobs(jobs, 1, str(tmp_path / "records"))  # one worker: in this process, no pool
+    assert submitted == [] and order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]  # stored: after its peer
     assert recorded == order
+    # two workers: the first two go together, the stored run only once its GRPO (n) run has ended
+    order.clear(), recorded.clear()
+    kept = []
+    reproduce.run_jobs(jobs, 2, str(tmp_path / "records"), record=lambda job, records: kept.append(job[2]))
+    assert submitted == order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]
+    assert recorded == [] and sorted(kept) == sorted(out for _, _, out in jobs)  # the record function given
 
 
 def test_reproduce_refuses_to_mix_runs_of_different_stacks_and_names_the_folders(tmp_path):
