@@ -2,6 +2,7 @@
 kept in results/regimes/<point>.json and reused without its run folders, and only with the same settings; an
 unfinished point's finished runs are recorded (results/regimes/<point>/) and not run again by a later session."""
 
+import glob
 import json
 import os
 import shutil
@@ -124,3 +125,21 @@ def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dir
     for m, weak in (("a", "addc"), ("b", "mulc")):  # seed 0's GRPO (2n) from the first session, GRPO (n) the second
         want = [evals_at(run(s, "grpo_2n"), m, 2)[weak] - evals_at(run(s, "grpo"), m, 2)[weak] for s in (0, 1)]
         assert point[m]["grpo2n_end"] == pytest.approx(want)
+
+
+def test_each_committed_point_is_what_its_committed_run_records_say():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    points = [p for p in glob.glob(os.path.join(here, "results", "**", "regimes", "*.json"), recursive=True)
+              if os.path.isdir(p[:-len(".json")])]
+    assert points  # the map's points since run records (issue 48's rerun on pairs-as-seeds)
+    for path in points:
+        saved = json.loads(open(path).read())
+        seeds, flags = saved["key"]["seeds"], saved["key"]["flags"]
+        steps, every = (int(flags[flags.index(f) + 1]) for f in ("--steps", "--eval-every"))
+        again = json.loads(json.dumps(regimes.point_result(path[:-len(".json")], seeds, every, steps)))
+        assert again == saved["result"], path
+        for seed, pair in zip(seeds, saved["key"]["pairs"]):  # each seed's runs on its own pair, as the key says
+            for variant in regimes.VARIANTS:
+                config = json.loads(open(os.path.join(path[:-len(".json")], f"seed{seed}", variant, "config.json")).read())
+                paths = [os.path.basename(config["model_paths"][m]) for m in "ab"]
+                assert config["seed"] == seed and paths == pair, (path, seed, variant)
