@@ -173,15 +173,19 @@ def main(argv=None):
         todo = [(cfg, method, out) for cfg, method, out in jobs
                 if not os.path.exists(os.path.join(reproduce.record_of(records, out), "summary.json"))]
         if todo:
-            t0 = time.time()
+            t0, before = time.time(), runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else 0.0
+            keep_wall = lambda: runlog.write_json(wall_path, {"seconds": before + time.time() - t0})
+
+            def record(job, records):  # with the wall time so far, which a killed session would not write
+                record_point_run(job, records)
+                keep_wall()
             try:  # the wall time is kept even when the point is stopped (Ctrl-C) and resumed by a later session
                 for cfg in cfgs:  # each seed's pair with runs to go, warm-started once, first
                     if any(job[0].seed == cfg.seed for job in todo):
                         settings.model_paths(cfg)
-                reproduce.run_jobs(todo, args.jobs, records, record=record_point_run)
+                reproduce.run_jobs(todo, args.jobs, records, record=record)
             finally:
-                wall = (runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else 0.0) + time.time() - t0
-                runlog.write_json(wall_path, {"seconds": wall})
+                keep_wall()
         results[name] = point_result(records, args.seeds, args.eval_every, args.steps)  # every run recorded now
         saved_wall[name] = runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else None
         runlog.write_json(saved_path, {"key": key, "result": results[name], "wall_seconds": saved_wall[name]})

@@ -96,11 +96,12 @@ def test_a_stopped_point_keeps_its_wall_time_for_the_resumed_one(model_dirs, tmp
 def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dirs, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     monkeypatch.setattr(graft_min, "reward", fake_reward)
-    run_jobs, ran = reproduce.run_jobs, []
+    run_jobs, ran, walls = reproduce.run_jobs, [], []
 
     def two_then_stop(jobs, workers, records, record=None):  # the session ends after two runs
         ran.append([os.path.basename(os.path.dirname(out)) + "/" + os.path.basename(out) for _, _, out in jobs])
         run_jobs(jobs[:2], workers, records, record)
+        walls.append(json.loads(open(os.path.join(records, "wall.json")).read())["seconds"])  # kept as each run ends
         raise KeyboardInterrupt
 
     monkeypatch.setattr(reproduce, "run_jobs", two_then_stop)
@@ -109,7 +110,7 @@ def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dir
             "--root", str(root), "--results", str(res), "--jobs", "1", "--run-flags", QUICK]
     with pytest.raises(KeyboardInterrupt):
         regimes.main(argv)
-    assert not (res / "regimes" / "habit0.9_terse.json").exists()
+    assert not (res / "regimes" / "habit0.9_terse.json").exists() and walls[0] > 0
     shutil.rmtree(root)  # a new session: the run folders are gone, the records (committed) are there
 
     def the_rest(jobs, workers, records, record=None):
