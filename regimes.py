@@ -36,7 +36,6 @@ import statistics
 import sys
 import time
 
-import graft_min
 import plots
 import reproduce
 import runlog
@@ -183,7 +182,7 @@ def main(argv=None):
                 for cfg in cfgs:  # each seed's pair with runs to go, warm-started once, first
                     if any(job[0].seed == cfg.seed for job in todo):
                         settings.model_paths(cfg)
-                reproduce.run_jobs(todo, args.jobs, records, record=record)
+                reproduce.run_jobs(todo, args.jobs, records, record=record, desc=f"regime point {name}: runs")
             finally:
                 keep_wall()
         results[name] = point_result(records, args.seeds, args.eval_every, args.steps)  # every run recorded now

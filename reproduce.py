@@ -316,7 +316,7 @@ class InProcess:
         return future
 
 
-def run_jobs(jobs, workers, records, record=None):
+def run_jobs(jobs, workers, records, record=None, desc="reproduce: runs"):
     """Run (cfg, method, out) jobs, `workers` at a time, each in its own process on one thread (one worker: in this
     one), in order, and record each as it ends (record: record_run unless given; record(job, records)), so that a
     session that stops keeps every finished run. A stored-peer run waits for the GRPO (n) run of its seed when that
@@ -328,7 +328,7 @@ def run_jobs(jobs, workers, records, record=None):
         grpo = os.path.join(os.path.dirname(out), "grpo")
         return method != "stored" or all(o != grpo for _, _, o in pending + list(running.values()))
 
-    bar = tqdm(total=len(jobs), desc="reproduce: runs", unit="run")
+    bar = tqdm(total=len(jobs), desc=desc, unit="run")
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 1 else InProcess()
     with pool:
         while pending or running:

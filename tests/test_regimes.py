@@ -98,7 +98,7 @@ def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dir
     monkeypatch.setattr(graft_min, "reward", fake_reward)
     run_jobs, ran, walls = reproduce.run_jobs, [], []
 
-    def two_then_stop(jobs, workers, records, record=None):  # the session ends after two runs
+    def two_then_stop(jobs, workers, records, record=None, desc=None):  # the session ends after two runs
         ran.append([os.path.basename(os.path.dirname(out)) + "/" + os.path.basename(out) for _, _, out in jobs])
         run_jobs(jobs[:2], workers, records, record)
         walls.append(json.loads(open(os.path.join(records, "wall.json")).read())["seconds"])  # kept as each run ends
@@ -113,7 +113,7 @@ def test_a_point_cut_short_keeps_its_finished_runs_for_a_later_session(model_dir
     assert not (res / "regimes" / "habit0.9_terse.json").exists() and walls[0] > 0
     shutil.rmtree(root)  # a new session: the run folders are gone, the records (committed) are there
 
-    def the_rest(jobs, workers, records, record=None):
+    def the_rest(jobs, workers, records, record=None, desc=None):
         ran.append([os.path.basename(os.path.dirname(out)) + "/" + os.path.basename(out) for _, _, out in jobs])
         run_jobs(jobs, workers, records, record)
 
