@@ -54,6 +54,7 @@ import plots
 import runlog
 import settings
 import tiny_world
+import torch
 from tqdm import tqdm
 
 # Held-out evaluation every 8 steps: the curves over steps of every recorded run (results/tiny_runs/) and of the
@@ -302,7 +303,8 @@ def recorded_greedy(records, seeds_of):
 
 
 class InProcess:
-    """The executor of one worker: each job runs at once, in this process (as graft_min.run_parallel does)."""
+    """The executor of one worker: each job runs at once, in this process (as graft_min.run_parallel does), and
+    leaves this process's thread count as it found it (a run sets its own: --threads)."""
 
     def __enter__(self):
         return self
@@ -311,8 +313,11 @@ class InProcess:
         return False
 
     def submit(self, fn, job):
-        future = Future()
-        future.set_result(fn(job))  # an error is raised here, with its traceback
+        future, threads = Future(), torch.get_num_threads()
+        try:
+            future.set_result(fn(job))  # an error is raised here, with its traceback
+        finally:
+            torch.set_num_threads(threads)
         return future
 
 

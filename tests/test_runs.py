@@ -550,7 +550,12 @@ def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_di
 
 def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(monkeypatch, tmp_path):
     order, recorded, submitted = [], [], []
-    monkeypatch.setattr(graft_min, "_run_job", lambda job: order.append(os.path.relpath(job[2], tmp_path)))
+    def run_job(job):  # as a run does, it sets its thread count (--threads)
+        torch.set_num_threads(1)
+        order.append(os.path.relpath(job[2], tmp_path))
+    monkeypatch.setattr(graft_min, "_run_job", run_job)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
 
     class Pool:  # two workers' pool, each job run at once, in this process, in submission order
         def __init__(self, workers, **kw):
@@ -573,7 +578,8 @@ def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(mo
     jobs = reproduce.jobs_for(["stored_a", "grpo_4n", "grpo"], [0], ["--steps", "1"], str(tmp_path))
     reproduce.run_jobs(jobs, 1, str(tmp_path / "records"))  # one worker: in this process, no pool
     assert submitted == [] and order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]  # stored: after its peer
-    assert recorded == order
+    assert recorded == order and torch.get_num_threads() == 2  # this process's own thread count kept
+    torch.set_num_threads(threads)
     # two workers: the first two go together, the stored run only once its GRPO (n) run has ended
     order.clear(), recorded.clear()
     kept = []
