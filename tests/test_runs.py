@@ -548,14 +548,14 @@ def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_di
         reproduce.check_reuse(other, str(records))
 
 
-def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(monkeypatch, tmp_path):
+def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(monkeypatch, tmp_path, request):
     order, recorded, submitted = [], [], []
     def run_job(job):  # as a run does, it sets its thread count (--threads)
         torch.set_num_threads(1)
         order.append(os.path.relpath(job[2], tmp_path))
     monkeypatch.setattr(graft_min, "_run_job", run_job)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    request.addfinalizer(lambda threads=torch.get_num_threads(): torch.set_num_threads(threads))  # even on a failure,
+    torch.set_num_threads(2)  # and after the two-worker part below, whose fake runs set 1 thread in this process
 
     class Pool:  # two workers' pool, each job run at once, in this process, in submission order
         def __init__(self, workers, **kw):
@@ -579,7 +579,6 @@ def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(mo
     reproduce.run_jobs(jobs, 1, str(tmp_path / "records"))  # one worker: in this process, no pool
     assert submitted == [] and order == ["seed0/grpo_4n", "seed0/grpo", "seed0/stored_a"]  # stored: after its peer
     assert recorded == order and torch.get_num_threads() == 2  # this process's own thread count kept
-    torch.set_num_threads(threads)
     # two workers: the first two go together, the stored run only once its GRPO (n) run has ended
     order.clear(), recorded.clear()
     kept = []
