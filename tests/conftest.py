@@ -8,6 +8,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import memory  # noqa: E402
 import tiny_world  # noqa: E402
 
 
@@ -65,6 +66,13 @@ def tiny_pair_ready():
     """The main job's warm-started tiny pair: the folders shipped in tiny_pair/, each file's sha256 checked against
     tiny_pair/MANIFEST.json (instant, no warm-start, nothing written to the cache)."""
     return tiny_world.tiny_pair()
+
+
+def another_machine():
+    """A CPU name and a kernel capability that are not this host's, whatever the host: tests that fake a record
+    written "on another machine" take these, so that the difference exists on every CPU (AVX2, AVX-512, none)."""
+    here = torch.backends.cpu.get_cpu_capability()
+    return "Some Other CPU than " + memory.machine(), "AVX2" if here != "AVX2" else "AVX512"
 
 
 def pytest_configure(config):

@@ -1,7 +1,8 @@
 """bench/gpu_check.sh, the one device call a lent GPU gets, tried on the CPU first (issue 46): prepared by
 bench/prepare_gpu_check.sh as for a card, the carried stack imports with nothing of this environment's packages but
 torch and what torch needs (the device image brings those), and `DEVICE=cpu TOY=1 bash bench/gpu_check.sh` ends every
-stage within its time-out with its figures printed and its JSON written.
+stage with rc 0, its figures printed and its JSON written. No wall time is asserted: the stages' time-outs are a card's,
+scaled here by LIMIT_SCALE into guards against a hang that a slow CPU or a busy machine stays far below (issue 56).
 
 The scripts run in a copy of the repository made of links (their .whl/ and .device/ land there, not here), with the
 cache of this checkout; the carried wheels are for this Python (PYVER), not the device image's 3.12."""
@@ -19,7 +20,8 @@ import wheels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
-LIMITS = {"tiny": 90, "bench_gpu": 180, "bench_small": 140, "bench_small_22gib": 110}
+STAGES = ("tiny", "bench_gpu", "bench_small", "bench_small_22gib")
+LIMIT_SCALE = 5  # the card's 90 + 180 + 140 + 110 s become 43 minutes in all: hang guards, not timings
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +70,18 @@ def test_the_carried_stack_imports_beside_torch_alone(prepared, tmp_path):
     assert version == "5.25.0" and path.startswith(str(site))
 
 
-def test_the_gpu_check_runs_every_stage_on_a_cpu_within_its_limits(prepared, tmp_path):
+def test_the_gpu_check_runs_every_stage_on_a_cpu(prepared, tmp_path):
     root, env = prepared
     out = tmp_path / "out"
-    done = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=root, capture_output=True, text=True, timeout=900,
-                          env={**env, "DEVICE": "cpu", "TOY": "1", "OUT": str(out), "SITE": str(tmp_path / "site")})
+    done = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=root, capture_output=True, text=True, timeout=2700,
+                          env={**env, "DEVICE": "cpu", "TOY": "1", "OUT": str(out), "SITE": str(tmp_path / "site"),
+                               "LIMIT_SCALE": str(LIMIT_SCALE)})
     report = (out / "gpu.txt").read_text()
     assert "does not import here" not in report, report  # the carried stack ran, not the environment's
     assert "transformers 5.25.0 from " + str(tmp_path / "site") in report
-    for name, limit in LIMITS.items():
-        line = re.search(rf"## {name}: rc=(\d+) in (\d+) s \(limit {limit} s\)", report)
-        assert line and line.group(1) == "0" and int(line.group(2)) < limit, (name, report, done.stderr[-3000:])
+    for name in STAGES:  # rc 124 would be the scaled time-out: a hang
+        line = re.search(rf"## {name}: rc=(\d+) in \d+ s \(limit \d+ s\)", report)
+        assert line and line.group(1) == "0", (name, report, done.stderr[-3000:])
     assert "held-out pass@1" in (out / "tiny.txt").read_text()
     gpu_bench_figures(out)
     for name, cap in (("bench_small", None), ("bench_small_22gib", 22)):

@@ -8,6 +8,7 @@ runs the real CLI on the warm-started tiny pair with the real verifier."""
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import zlib
 import pytest
 import torch
 
+from conftest import another_machine
 import graft_min
 import pairs
 import reproduce
@@ -141,18 +143,19 @@ def test_a_run_records_its_software_stack_and_resume_on_another_warns_in_one_lin
     assert config["machine"] == settings.machine() and config["machine"]  # the CPU's model name
     assert runlog.read_json(out / "summary.json")["machine"] == config["machine"]
     # the folder made with another transformers on another CPU: resumed with a warning, not refused
-    runlog.write_json(str(out / "config.json"), {**config, "machine": "Some Other CPU",
-                                                 "stack": {**stack, "transformers": "5.17.0", "cpu_capability": "AVX2"}})
+    other_cpu, other_capability = another_machine()
+    runlog.write_json(str(out / "config.json"), {**config, "machine": other_cpu, "stack": {
+        **stack, "transformers": "5.17.0", "cpu_capability": other_capability}})
     with caplog.at_level("INFO", logger="graft_min"):
         run(model_dirs, out, "--method", "grpo", "--steps", "2", "--resume")
     lines = [r.getMessage() for r in caplog.records if "software stack" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0], lines
-    assert f"cpu_capability AVX2 -> {stack['cpu_capability']}" in lines[0]
+    assert f"cpu_capability {other_capability} -> {stack['cpu_capability']}" in lines[0]
     assert f"transformers 5.17.0 -> {transformers.__version__}" in lines[0]
     assert "torch" not in lines[0].replace("transformers", "")  # only what differs is named
     assert [r.levelname for r in caplog.records if "software stack" in r.getMessage()] == ["WARNING"]
     cpu, = [r.getMessage() for r in caplog.records if "another CPU" in r.getMessage()]
-    assert f"(Some Other CPU -> {settings.machine()})" in cpu
+    assert f"({other_cpu} -> {settings.machine()})" in cpu
     assert torch.load(out / "checkpoint.pt", weights_only=False)["next_step"] == 2
 
 
@@ -417,9 +420,9 @@ def test_runs_are_not_added_to_records_of_another_cpu(tmp_path, monkeypatch):
     # this session's AMD EPYC warm-started another tiny pair than the Intel Xeon that made results/tiny_runs, and a
     # rerun of seed 0's GRPO (n) record overwrote its numbers with that pair's: refused before any warm-start now
     monkeypatch.setattr(settings, "model_paths", lambda cfg: pytest.fail("warm-started before the check"))
-    records = tmp_path / "results" / "tiny_runs"
-    runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": "Some Other CPU @ 1.00GHz"})
-    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz with pairs warm-started there; this CPU is "):
+    records, other = tmp_path / "results" / "tiny_runs", another_machine()[0]
+    runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": other})
+    with pytest.raises(SystemExit, match=rf"holds runs made on {re.escape(other)} with pairs warm-started there; this CPU is "):
         reproduce.main(["--seeds", "0", "--steps", "2", "--results", str(tmp_path / "results"),
                         "--root", str(tmp_path / "runs")])
     runlog.write_json(str(records / "seed0" / "grpo" / "config.json"), {"machine": settings.machine()})
@@ -427,11 +430,11 @@ def test_runs_are_not_added_to_records_of_another_cpu(tmp_path, monkeypatch):
     # runs of the shipped pairs (settings.recorded_path) are every CPU's: the pair is the same file on each
     shipped = {m: os.path.join("tiny_pair", s.key()) for m, s in zip("ab", tiny_world.TINY)}
     runlog.write_json(str(records / "seed0" / "graft" / "config.json"),
-                      {"machine": "Some Other CPU @ 1.00GHz", "model_paths": shipped})
+                      {"machine": other, "model_paths": shipped})
     reproduce.check_machine(str(records))
     runlog.write_json(str(records / "seed0" / "graft" / "config.json"),  # one warm-started model: that CPU's pair
-                      {"machine": "Some Other CPU @ 1.00GHz", "model_paths": {**shipped, "b": "/x/cache/tiny/b"}})
-    with pytest.raises(SystemExit, match=r"holds runs made on Some Other CPU @ 1.00GHz with pairs warm-started"):
+                      {"machine": other, "model_paths": {**shipped, "b": "/x/cache/tiny/b"}})
+    with pytest.raises(SystemExit, match=rf"holds runs made on {re.escape(other)} with pairs warm-started"):
         reproduce.check_machine(str(records))
 
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 
+from conftest import another_machine
 import memory
 import pairs
 import rollout
@@ -358,10 +359,12 @@ def test_build_writes_a_shipped_pair_that_loads_and_checks_equal(tmp_path, monke
     with open(path) as f:
         manifest = json.load(f)
     with open(path, "w") as f:
-        json.dump({**manifest, "machine": "Some Other CPU", "stack": {**manifest["stack"], "cpu_capability": "AVX2"}}, f)
+        other_cpu, other_capability = another_machine()
+        json.dump({**manifest, "machine": other_cpu, "stack": {**manifest["stack"], "cpu_capability": other_capability}}, f)
     tiny_world.build_shipped(check=True, shipped=shipped, specs=toys)
     out = capsys.readouterr().out
-    assert "The shipped pair was built on Some Other CPU (" in out and "cpu_capability AVX2 -> " in out
+    here = torch.backends.cpu.get_cpu_capability()
+    assert f"The shipped pair was built on {other_cpu} (" in out and f"cpu_capability {other_capability} -> {here}" in out
     assert "another CPU or stack warm-starts a slightly different pair" in out
 
 
