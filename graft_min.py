@@ -20,10 +20,10 @@ peer groups; balancing off). Ablations of the paper's Table 2: --no-gate, --delt
 warm-start and seed, prints a table and writes summary.json and plots next to the run folders.
 Simplifications: HF generate instead of vLLM; the tiny pair trains on a synthetic world instead of MATH
 (--pair small and the paper presets use MATH and the five benchmarks). One process, or data parallel
-under `torchrun --nproc_per_node N graft_min.py ...` (ddp.py: the batch split over ranks, Eq. 4 on the
+under `torchrun --nproc_per_node N graft_min.py ...` (machinery/ddp.py: the batch split over ranks, Eq. 4 on the
 gathered counts, Eq. 10's divisor and gradients summed over ranks).
-Below this file, never above it: settings.py (flags, presets, model paths, data), runlog.py (the run
-folder, the summary and the printed report), pairs.py / tiny_world.py (the models), tasks.py (prompts).
+Below this file, never above it: machinery/settings.py (flags, presets, model paths, data), machinery/runlog.py (the run
+folder, the summary and the printed report), machinery/pairs.py / machinery/tiny_world.py (the models), machinery/tasks.py (prompts).
 """
 
 import argparse
@@ -41,16 +41,11 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-import ddp
 import loss
-import memory
-import pairs
 import rollout
-import runlog
-import settings
-import tasks
-from pairs import Policy, make_policy  # one model for RL: weights, tokenizer, sampling copy, AdamW
 from verifier import reward
+from machinery import ddp, memory, pairs, runlog, settings, tasks
+from machinery.pairs import Policy, make_policy  # one model for RL: weights, tokenizer, sampling copy, AdamW
 
 log = logging.getLogger("graft_min")
 
@@ -520,7 +515,7 @@ def compare(cfg):
     summary = {"config": vars(cfg), "stack": results["grpo"]["stack"], "methods": results}
     runlog.write_json(os.path.join(cfg.out, "summary.json"), summary)
     runlog.print_table(results)
-    import plots
+    from machinery import plots
     written = plots.plot_runs([cfg.out])
     print(f"\nrun folders: {os.path.join(cfg.out, 'grpo')}  {os.path.join(cfg.out, 'graft')}")
     print(f"summary: {os.path.join(cfg.out, 'summary.json')}   plots: {', '.join(written)}")

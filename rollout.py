@@ -34,8 +34,6 @@ from tqdm import tqdm
 from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
-import ddp
-
 
 @dataclass
 class Rollout:
@@ -58,8 +56,8 @@ class Rollout:
 def progress(items=None, desc=None, delay=5, **kw):
     """A progress bar for a wait that may be long (a phase of a step, an evaluation): shown after `delay` s, at
     most one update a second, gone when done; none without desc or on ranks other than 0 under torchrun."""
-    return tqdm(items, desc=desc, leave=False, delay=delay, mininterval=1, disable=desc is None or not ddp.is_main(),
-                **kw)
+    other_rank = torch.distributed.is_initialized() and torch.distributed.get_rank() != 0
+    return tqdm(items, desc=desc, leave=False, delay=delay, mininterval=1, disable=desc is None or other_rank, **kw)
 
 
 def bar_delay(model):

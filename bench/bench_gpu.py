@@ -41,10 +41,10 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 import bench_small  # noqa: E402
 import graft_min  # noqa: E402
-import memory  # noqa: E402
-import pairs  # noqa: E402
 import rollout  # noqa: E402
-import settings  # noqa: E402
+from machinery import memory  # noqa: E402
+from machinery import pairs  # noqa: E402
+from machinery import settings  # noqa: E402
 
 ARCHS = (("Qwen2.5-0.5B", bench_small.QWEN25_05B), ("SmolLM2-360M", bench_small.SMOLLM2_360M))
 SAMPLERS = ("fp32+autocast", "bf16", "bf16+static", "bf16+continuous")
@@ -176,8 +176,7 @@ def load_pair(path, device):
 
 def tiny_gap(device, cache_dir, new_tokens=48, problems=256):
     """gap() on the warm-started tiny pair (trained weights: peaked distributions), held-out prompts."""
-    import tasks
-    import tiny_world
+    from machinery import tasks, tiny_world
     world = tiny_world.make_world()
     heldout = [p for fam in sorted(world.heldout) for p in world.heldout[fam][:problems // len(world.heldout)]]
     out = {}

@@ -22,9 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-import pairs  # noqa: E402
-import settings  # noqa: E402
-import tiny_world  # noqa: E402
+from machinery import pairs  # noqa: E402
+from machinery import settings  # noqa: E402
+from machinery import tiny_world  # noqa: E402
 from bench_step import time_method  # noqa: E402
 
 

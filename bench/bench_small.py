@@ -6,7 +6,7 @@
 
 Builds Qwen2.5-0.5B-Instruct (Qwen2, 494M parameters) and SmolLM2-360M-Instruct (Llama, 362M) from their published
 configs (QWEN25_05B, SMOLLM2_360M below) with random weights, and gives them the real tokenizers: those of the
-fetched Qwen2.5-Coder-0.5B-Instruct and SmolLM2-135M-Instruct (`python pairs.py fetch`; the same vocabularies and
+fetched Qwen2.5-Coder-0.5B-Instruct and SmolLM2-135M-Instruct (`python -m machinery.pairs fetch`; the same vocabularies and
 chat templates), or the folders DIR/qwen and DIR/smollm2. Each model is saved and loaded by graft_min.make_policy,
 then GRAFT steps run at the `small` preset's shape (settings.PRESETS["small"]: 32 GSM8K prompts x 8 responses of
 up to 1024 new tokens, 4 minibatches, bf16 autocast and on CUDA sampling from a bf16 copy, gradient checkpointing,
@@ -36,11 +36,11 @@ import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 import graft_min  # noqa: E402
-import memory  # noqa: E402
-import pairs  # noqa: E402
 import rollout  # noqa: E402
-import settings  # noqa: E402
-import tasks  # noqa: E402
+from machinery import memory  # noqa: E402
+from machinery import pairs  # noqa: E402
+from machinery import settings  # noqa: E402
+from machinery import tasks  # noqa: E402
 
 # the published config.json of each model (hub: Qwen/Qwen2.5-0.5B-Instruct, HuggingFaceTB/SmolLM2-360M-Instruct)
 QWEN25_05B = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=896, intermediate_size=4864,
@@ -79,7 +79,7 @@ def tokenizer_dirs(folder=None):
 
 
 def gsm8k_prompts(args):
-    """GSM8K training problems: --train-data, else the fetched file (pairs.py fetch)."""
+    """GSM8K training problems: --train-data, else the fetched file (machinery/pairs.py fetch)."""
     path = args.train_data or tasks.data_files(tasks.ensure_data())["gsm8k_train"]
     return tasks.load_gsm8k(path)
 

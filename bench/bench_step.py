@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import graft_min  # noqa: E402
-import settings  # noqa: E402
-import tasks  # noqa: E402
+from machinery import settings  # noqa: E402
+from machinery import tasks  # noqa: E402
 
 
 def time_method(cfg, method, steps):

@@ -47,12 +47,12 @@ import torch  # noqa: E402
 
 import graft_min  # noqa: E402
 import loss  # noqa: E402
-import pairs  # noqa: E402
 import rollout  # noqa: E402
-import settings  # noqa: E402
-import tasks  # noqa: E402
-import tiny_world  # noqa: E402
 from verifier import reward  # noqa: E402
+from machinery import pairs  # noqa: E402
+from machinery import settings  # noqa: E402
+from machinery import tasks  # noqa: E402
+from machinery import tiny_world  # noqa: E402
 
 TRL_VERSION = "1.16.0"  # the GRPOTrainer this bench was written for (its private methods are timed by name)
 
@@ -71,7 +71,7 @@ def parse(argv=None):
                         "in smaller pieces when a minibatch's full logits do not fit in memory)")
     p.add_argument("--seed", type=int, default=0, help="seed of both sides")
     p.add_argument("--model", default="smollm2", choices=sorted(pairs.REAL_MODELS),
-                   help="the fetched model every side runs (`python pairs.py fetch` first)")
+                   help="the fetched model every side runs (`python -m machinery.pairs fetch` first)")
     p.add_argument("--toy", action="store_true", help="the tiny pair's model A on tiny-world prompts, 2 x 4 x 8 tokens")
     p.add_argument("--sides", default="trl,ours,bare", help="which sides to run, in this order")
     p.add_argument("--json", default=None, help="also write every measurement to this JSON file")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares what bench/gpu_check.sh needs on a GPU machine without internet, from this machine's cache
-# (`python pairs.py fetch`, made here first if missing). Run it from the repository root; then give the device
+# (`python -m machinery.pairs fetch`, made here first if missing). Run it from the repository root; then give the device
 # call carry [".whl", ".device"] (both git-ignored; ~50 MB together). The tiny pair needs nothing: it is shipped in
 # tiny_pair/, which travels with the working tree.
 #   .whl/    the pinned transformers, tokenizers, huggingface_hub and math-verify (the stack the tables were made
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${PYVER:-3.12}
 CACHE=${GRAFT_MIN_CACHE:-cache}
-python -c "import pairs, tasks; [pairs.ensure_model(s) for s in (pairs.QWEN_CODER, pairs.SMOLLM2)]; tasks.ensure_data()" \
+python -c "from machinery import pairs, tasks; [pairs.ensure_model(s) for s in (pairs.QWEN_CODER, pairs.SMOLLM2)]; tasks.ensure_data()" \
   > /dev/null
 rm -rf .whl .device && mkdir -p .whl .device/tok .device/cache
 pip download -q --only-binary=:all: --python-version "$PYVER" -d .whl -c requirements.txt \

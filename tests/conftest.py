@@ -8,8 +8,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import memory  # noqa: E402
-import tiny_world  # noqa: E402
+from machinery import memory  # noqa: E402
+from machinery import tiny_world  # noqa: E402
 
 
 def make_model(arch, tokenizer, d=32, layers=2, seed=0):

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import bench_trl  # noqa: E402
-import pairs  # noqa: E402
+from machinery import pairs  # noqa: E402
 
 
 def test_toy_bench_times_both_sides_and_the_bare_loops(tmp_path, capsys, tiny_pair_ready, monkeypatch):

@@ -1,4 +1,4 @@
-"""complementarity.py: Fig. 1's shares and the k matrix on hand-made success counts, Eq. 7's s against an
+"""experiments/complementarity.py: Fig. 1's shares and the k matrix on hand-made success counts, Eq. 7's s against an
 independent forward pass, the admitted share vs delta on known s, problem choice and MATH levels, resume
 (a killed run continues to the same numbers; other settings are refused), and the CLI end to end on the
 tiny random models of conftest.py."""
@@ -10,10 +10,9 @@ import os
 import pytest
 import torch
 
-import complementarity as comp
 import rollout
-import runlog
-import tasks
+from machinery import runlog, tasks
+from experiments import complementarity as comp
 
 N = 2
 # hand-made successes out of n = 2 for the 6 problems of gsm8k_file, by row: (k_A, k_B)
@@ -217,7 +216,7 @@ def test_a_killed_run_resumes_to_the_same_samples(tmp_path, model_dirs, gsm8k_fi
 
 def test_other_settings_in_the_same_folder_are_refused(tmp_path, model_dirs, gsm8k_file):
     out = str(tmp_path / "real_c")
-    with pytest.raises(SystemExit, match="complementarity.py: model .*nope.* is not a local folder"):
+    with pytest.raises(SystemExit, match="experiments/complementarity.py: model .*nope.* is not a local folder"):
         comp.main(["--model-a", str(tmp_path / "nope"), "--model-b", model_dirs[1], "--data-file", gsm8k_file,
                    "--k", "6", "--out", out])  # stopped before any sample: the folder may still be used with other settings
     comp.run(args(model_dirs, gsm8k_file, out), sampler=stand_in([]))
@@ -225,7 +224,7 @@ def test_other_settings_in_the_same_folder_are_refused(tmp_path, model_dirs, gsm
         comp.main(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--data-file", gsm8k_file, "--k", "6",
                    "--max-new-tokens", "8", "--n", "3", "--temperature", "0.6", "--out", out])
     message = str(e.value)
-    assert message.startswith(f"complementarity.py: {os.path.join(out, 'config.json')}: 2 setting(s) differ")
+    assert message.startswith(f"experiments/complementarity.py: {os.path.join(out, 'config.json')}: 2 setting(s) differ")
     assert "n: saved 2, now 3" in message and "temperature: saved 1.0, now 0.6" in message
     assert "another folder (--out)" in message
     os.remove(os.path.join(out, "config.json"))
@@ -242,7 +241,7 @@ def test_bad_lines_and_missing_data_name_the_fix(tmp_path, model_dirs, capsys):
     with pytest.raises(SystemExit):
         comp.parse_args(["--model-a", model_dirs[0], "--model-b", model_dirs[1], "--cache-dir", str(tmp_path)])
     err = capsys.readouterr().err
-    assert "gsm8k_test.jsonl: not found; run `python pairs.py fetch`" in err
+    assert "gsm8k_test.jsonl: not found; run `python -m machinery.pairs fetch`" in err
 
 
 # ---------------------------------------------------------------- the CLI, end to end

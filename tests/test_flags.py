@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import settings
+from machinery import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

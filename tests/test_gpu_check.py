@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-import wheels
+from machinery import wheels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -28,7 +28,7 @@ LIMIT_SCALE = 5  # the card's 90 + 180 + 140 + 110 s become 43 minutes in all: h
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
     for name in os.listdir(ROOT):
-        if name.endswith(".py") or name in ("requirements.txt", "bench", "tiny_pair"):
+        if name.endswith(".py") or name in ("requirements.txt", "bench", "tiny_pair", "machinery", "experiments"):
             os.symlink(os.path.join(ROOT, name), root / name)
     env = {**os.environ, "PYVER": PYVER, "GRAFT_MIN_CACHE": wheels.default_cache_dir(),
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}

@@ -20,9 +20,8 @@ import pytest
 import torch
 
 import graft_min
-import pairs
 import rollout
-import settings
+from machinery import pairs, settings
 from conftest import make_model
 
 
@@ -49,7 +48,7 @@ def test_the_gpu_features_are_the_presets_choice_on_any_device():
             assert (cfg.bf16_sampler, cfg.fused_adamw) == (wanted, wanted), (pair, device)
     cfg = settings.parse_args(["--pair", "small", "--no-bf16-sampler", "--no-fused-adamw"])
     assert (cfg.bf16_sampler, cfg.fused_adamw) == (False, False)
-    assert settings.parse_args(["--pair", "small"]).max_prompt_tokens == 512  # what memory.py's estimate assumes
+    assert settings.parse_args(["--pair", "small"]).max_prompt_tokens == 512  # what machinery/memory.py's estimate assumes
     assert settings.parse_args(["--pair", "paper1"]).max_prompt_tokens == 2048  # the paper's (App. B)
 
 
@@ -217,7 +216,7 @@ def small_pair_on_meta():
 
 
 def test_kv_cache_bytes_per_token_are_the_architectures():
-    import memory
+    from machinery import memory
     qwen, smol = small_pair_on_meta()
     # a token's K and V in every layer: 2 x 24 layers x 2 KV heads x 64 dims x 2 bytes (bf16) = 12,288 for
     # Qwen2.5-0.5B, 2 x 32 x 5 x 64 x 2 = 40,960 for SmolLM2-360M; twice that in fp32 (4-byte cache)
@@ -233,7 +232,7 @@ def test_kv_cache_bytes_per_token_are_the_architectures():
 
 @pytest.mark.parametrize("card_gib", [24, 80, 141])
 def test_auto_sizes_of_the_small_preset_fit_the_card_and_are_the_largest_that_do(card_gib):
-    import memory
+    from machinery import memory
     models = small_pair_on_meta()
     cfg = settings.parse_args(["--pair", "small", "--device", "cpu"])
     assert (cfg.gen_batch, cfg.micro_batch) == ("auto", "auto")  # the preset's default
@@ -251,7 +250,7 @@ def test_auto_sizes_of_the_small_preset_fit_the_card_and_are_the_largest_that_do
 
 
 def test_auto_sizes_refuse_a_card_too_small_and_keep_given_sizes():
-    import memory
+    from machinery import memory
     models = small_pair_on_meta()
     cfg = settings.parse_args(["--pair", "small", "--device", "cpu", "--micro-batch", "3"])
     gen, micro, _ = memory.auto_batch_sizes(models, [None, None], cfg, 40 * 2**30)
@@ -278,7 +277,7 @@ def test_a_run_with_auto_sizes_uses_and_prints_them(model_dirs, tmp_path, monkey
 
 
 def test_grad_split_is_counted_in_the_auto_budget():
-    import memory
+    from machinery import memory
     models = small_pair_on_meta()
     n = sum(p.numel() for m in models for p in m.parameters())
     free = 40 * 2**30
@@ -335,7 +334,7 @@ class FakeDriver:
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda")])
 def test_free_bytes_on_a_card_with_the_driver_stubbed(monkeypatch, device):
-    import memory
+    from machinery import memory
     driver = FakeDriver(monkeypatch)
     # 60 GiB free on the card, plus 2 GiB cached by torch's allocator but unused; no cap
     assert memory.free_bytes(device) == 62 * 2**30
@@ -345,7 +344,7 @@ def test_free_bytes_on_a_card_with_the_driver_stubbed(monkeypatch, device):
 
 
 def test_a_memory_cap_on_a_card_with_the_driver_stubbed(monkeypatch):
-    import memory
+    from machinery import memory
     driver = FakeDriver(monkeypatch)
     assert memory.cap_memory("cuda", 22) == pytest.approx(22 / 80)
     assert driver.calls[-1] == ("set_fraction", 22 / 80, 0)
@@ -356,7 +355,7 @@ def test_a_memory_cap_on_a_card_with_the_driver_stubbed(monkeypatch):
 def test_the_small_preset_on_a_stubbed_card_with_a_cap_gets_the_cards_sizes(monkeypatch):
     """resolve_auto_sizes on "cuda" (the default device on a GPU machine), --memory-gib 22 on an 80 GiB card: the
     allocator is capped, and the sizes are those of a 22 GiB card less what the models hold."""
-    import memory
+    from machinery import memory
     models = small_pair_on_meta()
     policies = [pairs.Policy(name, m, None, None, sampler=pairs.bf16_copy(m)) for name, m in zip("ab", models)]
     driver = FakeDriver(monkeypatch, free=74 * 2**30, reserved=0, allocated=0)
@@ -371,7 +370,7 @@ def test_the_small_preset_on_a_stubbed_card_with_a_cap_gets_the_cards_sizes(monk
 
 
 def test_releasing_a_run_empties_the_cache_on_a_card_only(monkeypatch):
-    import memory
+    from machinery import memory
     driver = FakeDriver(monkeypatch)
     monkeypatch.setattr(torch.cuda, "_initialized", True)  # torch.cuda.empty_cache asks the driver only then
     memory.release("cpu")
@@ -381,7 +380,7 @@ def test_releasing_a_run_empties_the_cache_on_a_card_only(monkeypatch):
 
 
 def test_each_torchrun_rank_takes_its_own_card(monkeypatch):
-    import ddp
+    from machinery import ddp
     FakeDriver(monkeypatch)
     chosen = []
     monkeypatch.setattr(torch._C, "_cuda_setDevice", lambda index: chosen.append(index), raising=False)
@@ -390,7 +389,7 @@ def test_each_torchrun_rank_takes_its_own_card(monkeypatch):
 
 
 def test_prompts_over_the_limit_are_dropped_with_a_count(char_tok_a, char_tok_b, caplog):
-    import tasks
+    from machinery import tasks
     problems = [tasks.Problem(f"p{i}", "add", "Q:" + "1" * i + "=", "0") for i in (3, 7, 12)]  # 6, 10, 15 characters
     heldout = {"add": problems[:2], "mul": problems[2:]}
     with caplog.at_level("WARNING", logger="graft_min"):
@@ -429,5 +428,5 @@ def test_a_run_records_the_cards_name(monkeypatch):
 
 
 def runlog_config(out):
-    import runlog
+    from machinery import runlog
     return runlog.read_json(out / "config.json")

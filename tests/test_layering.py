@@ -1,55 +1,105 @@
-"""The files import only files below them (README, "Files": the layering line), lazy imports included:
-no import cycle, and graft_min.py is never imported by what it builds on."""
+"""Imports point down (README, "Files"): the method's math imports nothing of the project, machinery/ imports the
+math and itself, graft_min.py both, experiments/ all of those, bench/ anything; lazy imports included, and no
+import cycle anywhere, inside a folder included."""
 
 import ast
 import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# bottom to top; a file may import files of lower levels only. README names bench/'s files as `bench/`.
-LAYERS = [["verifier", "loss", "wheels", "ddp"], ["rollout"], ["tasks"], ["pairs", "memory"], ["tiny_world"], ["runlog"], ["plots"],
-          ["settings", "complementarity"], ["graft_min"], ["reproduce"], ["regimes"], ["bench/bench_step", "bench/bench_verifier", "bench/bench_small", "bench/bench_ddp",
-           "bench/bench_trl"],
-          ["bench/bench_real", "bench/bench_gpu"]]
-LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
-MODULE = {os.path.basename(name): name for name in LEVEL}  # import name -> file name
+# bottom to top; a file may import files of its own tier (without a cycle) or of a lower one
+TIERS = [["loss", "rollout", "verifier"], ["machinery/"], ["graft_min"], ["experiments/"], ["bench/"]]
+FOLDERS = ("machinery", "experiments", "bench")
 
 
-def project_imports(path):
-    """The project modules that `path` imports, at the top or inside a function."""
+def project_files():
+    """Every Python file of the project outside tests/, as 'graft_min' or 'machinery/settings'."""
+    files = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
+    for folder in FOLDERS:
+        files |= {f"{folder}/{f[:-3]}" for f in os.listdir(os.path.join(ROOT, folder))
+                  if f.endswith(".py") and f != "__init__.py"}
+    return files
+
+
+def tier(name):
+    return next(i for i, names in enumerate(TIERS) for n in names if name == n or name.startswith(n))
+
+
+def project_imports(path, files):
+    """The project files that `path` imports, at the top or inside a function: `import loss`, `from machinery
+    import settings, tasks`, `from machinery.pairs import Policy`."""
     found = set()
     for node in ast.walk(ast.parse(open(path).read(), path)):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found |= {a.name.replace(".", "/") for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return {MODULE[m] for m in found if m in MODULE}
+            module = node.module.replace(".", "/")
+            found |= {module} | {f"{module}/{a.name}" for a in node.names}
+    return {m for m in found if m in files}
 
 
-def test_every_python_file_has_a_level():
-    files = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
-    files |= {f"bench/{f[:-3]}" for f in os.listdir(os.path.join(ROOT, "bench")) if f.endswith(".py")}
-    assert files == set(LEVEL), f"give every file a level in LAYERS (and in README's layering line): {files ^ set(LEVEL)}"
+def graph():
+    files = project_files()
+    return {name: project_imports(os.path.join(ROOT, name + ".py"), files) for name in files}
 
 
-def test_each_file_imports_only_files_below_it():
-    wrong = [f"{name}.py imports {dep}.py (level {LEVEL[dep]} >= {LEVEL[name]})"
-             for name in LEVEL for dep in project_imports(os.path.join(ROOT, name + ".py")) if LEVEL[dep] >= LEVEL[name]]
+def test_the_top_level_is_the_method():
+    assert sorted(f for f in os.listdir(ROOT) if f.endswith(".py")) == \
+        ["graft_min.py", "loss.py", "rollout.py", "verifier.py"]
+
+
+def test_every_python_file_has_a_tier():
+    untiered = [name for name in project_files() if not any(name == n or name.startswith(n) for t in TIERS for n in t)]
+    assert not untiered, f"give these files a tier in TIERS (and in README's layering line): {untiered}"
+
+
+def test_each_file_imports_only_its_own_tier_or_lower():
+    wrong = [f"{name}.py imports {dep}.py (tier {tier(dep)} > {tier(name)})"
+             for name, deps in graph().items() for dep in deps if tier(dep) > tier(name)]
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_checker_sees_lazy_imports(tmp_path):
+def test_the_math_imports_nothing_of_the_project():
+    assert {name: deps for name, deps in graph().items() if tier(name) == 0 and deps} == {}
+
+
+def test_no_import_cycle():
+    edges, done, path = graph(), set(), []
+
+    def visit(name):
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        path.append(name)
+        for dep in sorted(edges[name]):
+            visit(dep)
+        path.pop()
+        done.add(name)
+
+    for name in sorted(edges):
+        visit(name)
+
+
+def test_the_checker_sees_lazy_imports_and_both_spellings(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("import os\n\ndef f():\n    import graft_min\n    from tasks import Problem\n")
-    assert project_imports(str(path)) == {"graft_min", "tasks"}
+    path.write_text("import os\n\ndef f():\n    import graft_min\n    from machinery import tasks, runlog\n"
+                    "    from machinery.pairs import Policy\n")
+    files = {"graft_min", "machinery/tasks", "machinery/runlog", "machinery/pairs", "machinery/settings"}
+    assert project_imports(str(path), files) == {"graft_min", "machinery/tasks", "machinery/runlog", "machinery/pairs"}
+
+
+def test_the_checker_finds_a_cycle(monkeypatch):
+    monkeypatch.setitem(globals(), "graph", lambda: {"a": {"b"}, "b": {"c"}, "c": {"a"}})
+    try:
+        test_no_import_cycle()
+    except AssertionError as e:
+        assert "a -> b -> c -> a" in str(e)
+    else:
+        raise AssertionError("the cycle a -> b -> c -> a was not found")
 
 
 def test_readme_states_the_same_layering():
     line = next(l for l in open(os.path.join(ROOT, "README.md")).read().splitlines() if l.startswith("Layering,"))
-    stated = [sorted(re.findall(r"`([\w]+)/?`", part)) for part in line.split(":", 1)[1].split("<")]
-    ours = []
-    for names in LAYERS:
-        group = sorted({n.split("/")[0] for n in names})
-        if not ours or ours[-1] != group:
-            ours.append(group)
-    assert stated == ours, f"README's layering {stated} differs from this test's {ours}"
+    stated = [sorted(re.findall(r"`([\w/]+)(?:\.py)?`", part)) for part in line.split(":", 1)[1].split("<")]
+    assert stated == [sorted(t) for t in TIERS], f"README's layering {stated} differs from this test's {TIERS}"

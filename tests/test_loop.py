@@ -19,9 +19,7 @@ import torch
 import graft_min
 import loss
 import rollout
-import settings
-import tasks
-import tiny_world
+from machinery import settings, tasks, tiny_world
 
 
 def fake_reward(text, gold, require_box=True):
@@ -415,7 +413,7 @@ def test_a_one_model_pair_trains_a_alone_exactly_as_a_trains_beside_its_peer_in_
                                                       "finished", "pass_finished"} for e in evals(solo.out))
     for k, v in _weights(solo.out, "a").items():
         assert torch.equal(v, _weights(pair.out, "a")[k]), k
-    import plots
+    from machinery import plots
     written = [os.path.basename(p) for p in plots.plot_runs([solo.out])]
     assert written == ["accuracy.png", "training.png", "learning.png"]
     assert all(os.path.getsize(os.path.join(solo.out, w)) > 10_000 for w in written)

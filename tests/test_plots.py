@@ -1,11 +1,10 @@
-"""plots.py renders every plot from a small synthetic run folder (and a comparison folder)."""
+"""machinery/plots.py renders every plot from a small synthetic run folder (and a comparison folder)."""
 
 import json
 import os
 import random
 
-import plots
-import runlog
+from machinery import plots, runlog
 
 
 def write_run(folder, exchange=True, steps=6, n=4):

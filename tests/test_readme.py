@@ -4,8 +4,7 @@ the README's test command."""
 import os
 import re
 
-import plots
-import runlog
+from machinery import plots, runlog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

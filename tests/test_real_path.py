@@ -17,12 +17,8 @@ import pytest
 import torch
 
 import graft_min
-import memory
-import pairs
 import rollout
-import settings
-import tasks
-import tiny_world
+from machinery import memory, pairs, settings, tasks, tiny_world
 
 QUESTIONS = ["What is $2+3$?", "Compute $7 \\cdot 8$.", "Simplify $\\frac{6}{8}$.", "What is $10-4$?",
              "Find $x$ if $2x=10$.", "What is $3^2$?", "How many sides has a hexagon?", "What is $100/4$?"]

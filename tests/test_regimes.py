@@ -1,4 +1,4 @@
-"""regimes.py on tiny random models: a grid point's numbers are what its run folders say, a finished point is
+"""experiments/regimes.py on tiny random models: a grid point's numbers are what its run folders say, a finished point is
 kept in results/regimes/<point>.json and reused without its run folders, and only with the same settings; an
 unfinished point's finished runs are recorded (results/regimes/<point>/) and not run again by a later session."""
 
@@ -11,9 +11,8 @@ import zlib
 import pytest
 
 import graft_min
-import regimes
-import reproduce
-import settings
+from machinery import settings
+from experiments import regimes, reproduce
 
 QUICK = "--prompts-per-step 4 --n 2 --max-new-tokens 6 --eval-problems 3 --eval-samples 1 --ckpt-every 2"
 

@@ -6,7 +6,7 @@ import torch
 from transformers import GenerationConfig
 
 import rollout
-import tiny_world
+from machinery import tiny_world
 from conftest import make_model
 
 
@@ -83,7 +83,7 @@ def test_chunked_logprobs_equal_the_whole_ones_in_value_and_gradient(arch, tempe
 
 def test_chunked_logprobs_run_under_the_models_autocast(char_tok_a, monkeypatch):
     # a bf16-autocast model (pairs.autocast_bf16) takes its chunks' lm-head in bf16 too, as its own forward does
-    import pairs
+    from machinery import pairs
     model = pairs.autocast_bf16(make_model("llama", char_tok_a, seed=8), "cpu")
     probs = _texts()
     prompts = [char_tok_a.encode(p.question) for p in probs]
@@ -103,7 +103,7 @@ def test_the_tiny_pairs_largest_micro_batch_never_chunks(tiny_pair_ready):
     # 64 sequences (its --micro-batch) x 1,000 positions (20x its longest response, 48 tokens) x its vocabularies
     import json
     import os
-    import settings
+    from machinery import settings
     cfg = settings.parse_args(["--pair", "tiny"])
     for folder in tiny_pair_ready:
         with open(os.path.join(folder, "config.json")) as f:

@@ -1,5 +1,5 @@
 """Tests for reusing run folders: --resume compares config.json with the new settings and refuses
-other ones by name, stored mode checks the logged run's settings, reproduce.py reuses a run only
+other ones by name, stored mode checks the logged run's settings, experiments/reproduce.py reuses a run only
 with its own settings, and a CLI run killed with SIGKILL resumes to exactly the uninterrupted run.
 
 In-process runs use the tiny random models and the hash reward of test_loop.py; the kill test
@@ -21,11 +21,8 @@ import torch
 
 from conftest import another_machine
 import graft_min
-import pairs
-import reproduce
-import runlog
-import settings
-import tiny_world
+from machinery import pairs, runlog, settings, tiny_world
+from experiments import reproduce
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -220,10 +217,10 @@ def test_stored_mode_needs_the_logged_runs_config(model_dirs, tmp_path):
         run(model_dirs, tmp_path / "stored", "--method", "stored", "--steps", "1", "--peer-log", str(peer_log))
 
 
-# ---------------------------------------------------------------- reproduce.py
+# ---------------------------------------------------------------- experiments/reproduce.py
 
 class Started(Exception):
-    """Raised by the stand-in for run_parallel: reproduce.py got as far as running its jobs."""
+    """Raised by the stand-in for run_parallel: experiments/reproduce.py got as far as running its jobs."""
 
 
 def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tmp_path, monkeypatch):
@@ -235,7 +232,7 @@ def test_reproduce_reuses_a_run_folder_only_with_its_own_settings(model_dirs, tm
         raise Started
     monkeypatch.setattr(reproduce, "run_jobs", stop)
     root = tmp_path / "reproduce"
-    # a finished 100-step GRPO run of seed 0, as `python reproduce.py --seeds 0` leaves it
+    # a finished 100-step GRPO run of seed 0, as `python -m experiments.reproduce --seeds 0` leaves it
     (cfg, method, out), = reproduce.jobs_for(["grpo"], [0], ["--steps", "100", "--eval-every", "100",
                                                              "--threads", "1"], str(root))
     os.makedirs(out)
@@ -457,12 +454,12 @@ def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_p
             runlog.write_json(os.path.join(record, "config.json"), config)
     reproduce.main(argv)
     text = (results / "tiny_results.md").read_text()
-    assert text.startswith("### Tiny-pair results (7 steps per run)\n\nWritten by `python reproduce.py --seeds 0 1 --steps")
+    assert text.startswith("### Tiny-pair results (7 steps per run)\n\nWritten by `python -m experiments.reproduce --seeds 0 1 --steps")
     assert "| component removal | w/o token-level ratio (sequence ratio) | - | - | - | - | - | -1.85 | -0.45 |" in text
     assert "| threshold (Table 7) | delta = 0.7 | - | - | - | - | - | -2.89 | -0.54 |" in text
     assert "| threshold (Table 7) | delta = 0.9 | 2 | " + " | ".join(["-3.0 +- 0.0"] * 4) + " | -0.92 | -1.54 |" in text
     assert not (results / "accuracy_seeds.png").exists()  # tables only
-    # a record made with other settings is refused by name, as reproduce.py refuses to reuse it
+    # a record made with other settings is refused by name, as experiments/reproduce.py refuses to reuse it
     record = reproduce.record_of(str(results / "tiny_runs"), jobs[-1][2])
     config = runlog.read_json(os.path.join(record, "config.json"))
     runlog.write_json(os.path.join(record, "config.json"), {**config, "steps": 8})
@@ -476,7 +473,7 @@ def test_tables_only_runs_nothing_and_shows_unrecorded_ablations_as_dashes(tmp_p
 
 
 def test_the_committed_records_stay_reusable_with_the_flags_added_since(monkeypatch):
-    # every committed record must be reproduce.py's own under its default flags (a record made before a flag was
+    # every committed record must be experiments/reproduce.py's own under its default flags (a record made before a flag was
     # added lacks its key, read as off); the tiny preset's evaluation cadence is the main job's, not the records'
     monkeypatch.setitem(settings.PRESETS, "tiny", {**settings.PRESETS["tiny"], "eval_every": 32})
     flags = reproduce.run_flags(settings.PRESETS["tiny"]["steps"])
@@ -508,7 +505,7 @@ def test_a_stored_run_record_is_reused_under_another_root_but_not_with_another_p
 
 
 def test_a_recorded_run_holds_what_the_tables_need_and_is_not_run_again(model_dirs, tmp_path, monkeypatch):
-    # a real (tiny random) GRAFT run of seed 0, recorded as reproduce.py records each run as it ends
+    # a real (tiny random) GRAFT run of seed 0, recorded as experiments/reproduce.py records each run as it ends
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": model_dirs[0], "b": model_dirs[1]})
     monkeypatch.setattr(graft_min, "evaluate", lambda pol, heldout, cfg, step: {"add": 0.5 + step, "mul": 0.25,
                                                                                 "mean": 0.375 + step / 2})
@@ -625,9 +622,9 @@ def test_main_job_table_shows_start_end_and_first_last(capsys):
 
 def test_update_between_markers_replaces_only_the_marked_part(tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text("intro\n<!-- reproduce.py: tables -->\nold\n<!-- reproduce.py: end tables -->\nrest\n")
+    doc.write_text("intro\n<!-- experiments/reproduce.py: tables -->\nold\n<!-- experiments/reproduce.py: end tables -->\nrest\n")
     assert reproduce.update_between_markers(str(doc), "tables", "| new |\n")
-    assert doc.read_text() == "intro\n<!-- reproduce.py: tables -->\n| new |\n<!-- reproduce.py: end tables -->\nrest\n"
+    assert doc.read_text() == "intro\n<!-- experiments/reproduce.py: tables -->\n| new |\n<!-- experiments/reproduce.py: end tables -->\nrest\n"
     assert not reproduce.update_between_markers(str(doc), "headline", "x")  # no such markers: untouched
     assert not reproduce.update_between_markers(str(tmp_path / "missing.md"), "tables", "x")
 
@@ -672,7 +669,7 @@ def test_greedy_evals_score_the_warm_start_once_and_each_runs_last_checkpoint(mo
 def test_the_main_job_runs_real_models_one_at_a_time(argv, workers, monkeypatch, tmp_path):
     """Two tiny runs go side by side on two cores; a real pair's runs go one after the other (one GPU, or a
     CPU's memory: a `--pair cpu` run peaks at ~17 GB), stopped here before anything loads."""
-    import settings
+    from machinery import settings
 
     class Stop(Exception):
         pass

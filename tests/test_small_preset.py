@@ -27,12 +27,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import bench_small  # noqa: E402
 import graft_min  # noqa: E402
 import loss  # noqa: E402
-import memory  # noqa: E402
-import pairs  # noqa: E402
 import rollout  # noqa: E402
-import runlog  # noqa: E402
-import settings  # noqa: E402
-import tasks  # noqa: E402
+from machinery import memory  # noqa: E402
+from machinery import pairs  # noqa: E402
+from machinery import runlog  # noqa: E402
+from machinery import settings  # noqa: E402
+from machinery import tasks  # noqa: E402
 
 GiB = 2**30
 TOY = ["--prompts-per-step", "4", "--n", "4", "--max-new-tokens", "32", "--eval-problems", "1", "--eval-samples", "1",

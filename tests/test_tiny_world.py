@@ -1,6 +1,6 @@
-"""Tests for tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
+"""Tests for machinery/tiny_world.py: the warm-start cache is reused, rebuilt when its spec changes, and a
 corrupt cache is rebuilt with a warning instead of crashing inside transformers; the world's knobs; the shipped
-pair (tiny_pair/: checked on load, refused when changed, rebuilt by `python tiny_world.py build`) and pairs as seeds."""
+pair (tiny_pair/: checked on load, refused when changed, rebuilt by `python -m machinery.tiny_world build`) and pairs as seeds."""
 
 import dataclasses
 import itertools
@@ -15,11 +15,8 @@ import pytest
 import torch
 
 from conftest import another_machine
-import memory
-import pairs
 import rollout
-import tiny_world
-import wheels
+from machinery import memory, pairs, tiny_world, wheels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,7 +109,7 @@ def test_world_report_counts_exact_habit_traces(model_dirs, monkeypatch):
 
 def test_the_worlds_keep_their_cache_keys():
     """pair_specs() is the main job's world (split, weak habit 0.9: the regime map's habit0.9_terse point, whose
-    warm-starts regimes.py and reproduce.py share); the earlier habit world of whole families keeps the keys it
+    warm-starts experiments/regimes.py and experiments/reproduce.py share); the earlier habit world of whole families keeps the keys it
     was cached under (knobs absent from the key at TinySpec's defaults); every knob moves the key."""
     assert tiny_world.pair_specs() == tiny_world.TINY == tiny_world.pair_specs(0.9, 0.25, split_carry=True)
     assert [s.key() for s in tiny_world.TINY] == ["tiny-a-llama-4a2aca6ba422", "tiny-b-gpt2-e8174788c5f7"]
@@ -201,7 +198,7 @@ def test_narrated_traces_are_longer_with_the_same_decisive_step():
 
 
 def test_the_command_line_sets_the_world_knobs(capsys):
-    import settings
+    from machinery import settings
 
     cfg = settings.parse_args(["--world-split", "--weak-habit", "1.0", "--narrate"])
     assert settings.tiny_specs(cfg) == tiny_world.pair_specs(1.0, 0.25, split_carry=True, narrate=True)
@@ -226,7 +223,7 @@ def test_the_shipped_files_are_the_manifests():
     assert {(m["pair"], m["model"]): k for k, m in manifest["models"].items()} == {
         (k, m): spec.key() for k in range(5) for m, spec in zip("ab", tiny_world.pair_specs(pair_seed=k))}
     assert [s.key() for s in tiny_world.TINY] == [k for k, m in manifest["models"].items() if m["pair"] == 0]
-    assert manifest["command"] == "python tiny_world.py build" and manifest["threads"] == 1
+    assert manifest["command"] == "python -m machinery.tiny_world build" and manifest["threads"] == 1
     assert manifest["machine"] and manifest["cpu"] and manifest["stack"]["cpu_capability"]
     assert sorted(os.listdir(tiny_world.SHIPPED)) == sorted(["MANIFEST.json", *manifest["models"]])
     for key, entry in manifest["models"].items():
@@ -244,7 +241,7 @@ def test_the_shipped_files_are_the_manifests():
 def test_the_main_jobs_pair_is_the_shipped_one_with_no_warm_start(tmp_path, monkeypatch):
     """settings.model_paths and tiny_pair give the shipped folders for the main job's specs: no warm-start (it would
     fail here) and nothing written to the cache."""
-    import settings
+    from machinery import settings
 
     monkeypatch.setattr(tiny_world, "warm_start", lambda *a: pytest.fail("warm-started the shipped pair"))
     monkeypatch.setattr(tiny_world, "ensure_tiny_model", lambda *a: pytest.fail("built the shipped pair"))
@@ -252,7 +249,7 @@ def test_the_main_jobs_pair_is_the_shipped_one_with_no_warm_start(tmp_path, monk
     assert tiny_world.tiny_pair(str(tmp_path)) == shipped
     cfg = settings.parse_args(["--pair", "tiny", "--cache-dir", str(tmp_path)])
     assert settings.model_paths(cfg) == dict(zip("ab", shipped))
-    # config.json records them as tiny_pair/<key>, the same in every clone (reproduce.py reuses records across them)
+    # config.json records them as tiny_pair/<key>, the same in every clone (experiments/reproduce.py reuses records across them)
     assert settings.recorded_path(shipped[0]) == os.path.join("tiny_pair", tiny_world.TINY[0].key())
     assert settings.recorded_path(str(tmp_path / "x")) == str(tmp_path / "x")
     assert os.listdir(tmp_path) == []  # no cache written
@@ -276,7 +273,7 @@ def test_a_changed_shipped_file_is_refused_by_name(tmp_path, monkeypatch):
         tiny_world.tiny_pair(str(tmp_path / "cache"), shipped=str(copy))
     message = str(e.value)
     assert message.startswith(f"{weights}: sha256 {wheels.sha256_of(weights)}, expected {want} ")
-    assert "git checkout -- tiny_pair" in message and "python tiny_world.py build" in message
+    assert "git checkout -- tiny_pair" in message and "python -m machinery.tiny_world build" in message
     assert not (tmp_path / "cache").exists()
 
     shutil.copy(os.path.join(tiny_world.SHIPPED, key, "model.safetensors"), weights)  # restored: accepted again
@@ -294,7 +291,7 @@ def test_pair_seed_k_is_its_own_pair_in_the_same_world_with_the_same_tokenizers(
     """Pair 0 is TINY (the shipped keys); pairs 1 and 2 differ from it and from each other only in each model's init
     and warm-start data order (TinySpec.seed 1 + 2k and 2 + 2k), never in the world or the tokenizers; --seed k is
     pair k; pairs 0-4 are shipped, pair 5 and another world's pairs are not."""
-    import settings
+    from machinery import settings
 
     pairs_by_seed = {k: tiny_world.pair_specs(pair_seed=k) for k in (0, 1, 2)}
     assert pairs_by_seed[0] == tiny_world.TINY
@@ -379,7 +376,7 @@ def test_build_takes_no_world_knob(capsys):
 @pytest.mark.slow
 def test_build_check_rebuilds_the_shipped_pair_bit_for_bit():
     """SLOW, 3-4 minutes on 2 cores: build_shipped(check=True) on the main job's pair (pair 0), as `python
-    tiny_world.py build --check` does for all five pairs (~8 minutes: the suite checks one), warm-starts its two
+    machinery/tiny_world.py build --check` does for all five pairs (~8 minutes: the suite checks one), warm-starts its two
     models from scratch and compares them with tiny_pair/. Run only on the CPU and stack that built the shipped pairs
     (the manifest says which); anywhere else the pair would come out slightly different, by design (docs/runs.md)."""
     manifest = tiny_world.read_manifest()
@@ -387,7 +384,7 @@ def test_build_check_rebuilds_the_shipped_pair_bit_for_bit():
     other = [f"{k} {manifest.get(k)!r} here {v!r}" for k, v in here.items() if manifest.get(k) != v]
     if other:
         pytest.skip("the shipped tiny pair's bit-for-bit rebuild runs only where it was built: " + "; ".join(other))
-    check = "import sys, tiny_world; sys.exit(tiny_world.build_shipped(check=True, specs=tiny_world.TINY))"
+    check = "import sys; from machinery import tiny_world; sys.exit(tiny_world.build_shipped(check=True, specs=tiny_world.TINY))"
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     print(done.stdout)  # `pytest -rP` shows it
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -25,10 +25,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 import graft_min
 import loss
-import pairs
 import rollout
-import settings
-import tiny_world
+from machinery import pairs, settings, tiny_world
 
 WRITTEN_FOR = "1.16.0"
 # TRL internals we call -> the parameter names we pass (checked against inspect.signature before each call)

@@ -14,19 +14,19 @@ Two knobs, the same for both models and all three methods:
                 column narrated (~75), with the same few decisive tokens (Eq. 7 averages per token)
 
 At each point: GRPO (n), GRPO (2n) and GRAFT from the same warm-start, --seeds each, seed k being the point's
-pair k (its own warm-start: tiny_world.pair_specs) and RL seed k (reproduce.py's run folders and reuse rules).
+pair k (its own warm-start: tiny_world.pair_specs) and RL seed k (experiments/reproduce.py's run folders and reuse rules).
 Writes results/regimes.png (deltas against what the receiver's own samples get right on its weak sub-skill at
 the start: its T = 1 training reward there in the first 20% of GRPO (n)'s steps, since the held-out pass@1 at
 T 0.6 is 0.000 at several points; at the first evaluation and at the end, seed spread as error bars; and what
 the gate did), results/regimes.json, each finished point's numbers in results/regimes/<point>.json (a later
 run reuses them without the run folders, if made with the same flags, seeds, software stack and pairs), and the table
-between the `<!-- regimes.py: map -->` markers of docs/results.md.
+between the `<!-- experiments/regimes.py: map -->` markers of docs/results.md.
 Across sessions (the map takes ~4.5 h on 2 cores): as each run ends, what the table needs of it is recorded in
 results/regimes/<point>/seed<k>/<variant>/ (record_point_run), to be committed; a later session, without the run
 folders, runs only the runs without a record.
 
-    python regimes.py                  # the whole map (resumable: recorded runs are reused, others resumed)
-    python regimes.py --report         # the table and figure from the points finished so far
+    python -m experiments.regimes                  # the whole map (resumable: recorded runs are reused, others resumed)
+    python -m experiments.regimes --report         # the table and figure from the points finished so far
 """
 
 import argparse
@@ -36,11 +36,9 @@ import statistics
 import sys
 import time
 
-import plots
-import reproduce
-import runlog
-import settings
-import tiny_world
+from machinery import plots, runlog, settings, tiny_world
+from machinery.wheels import ROOT
+from experiments import reproduce
 
 VARIANTS = ("grpo_2n", "grpo", "graft")  # the longest first
 
@@ -189,10 +187,10 @@ def main(argv=None):
         saved_wall[name] = runlog.read_json(wall_path)["seconds"] if os.path.exists(wall_path) else None
         runlog.write_json(saved_path, {"key": key, "result": results[name], "wall_seconds": saved_wall[name]})
     if not results:
-        raise SystemExit("regimes.py: no grid point has finished yet; run `python regimes.py` first")
+        raise SystemExit("experiments/regimes.py: no grid point has finished yet; run `python -m experiments.regimes` first")
     lines = table_lines(results, args.seeds, args.steps, args.eval_every)
     wall = sum(w or 0.0 for w in saved_wall.values())
-    lines += ["", f"Written by `python regimes.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
+    lines += ["", f"Written by `python -m experiments.regimes {' '.join(argv if argv is not None else sys.argv[1:])}`: "
                   f"{len(results)} of {len(grid)} points, {wall / 60:.0f} min of wall time with {args.jobs} parallel "
                   "jobs (warm-starts included)."]
     text = "\n".join(lines)
@@ -204,8 +202,7 @@ def main(argv=None):
     plots.plot_regimes(results, png, args.eval_every, args.steps)
     print(png)
     if args.results == "results":
-        here = os.path.dirname(os.path.abspath(__file__))
-        if reproduce.update_between_markers(os.path.join(here, "docs", "results.md"), "map", text, tool="regimes.py"):
+        if reproduce.update_between_markers(os.path.join(ROOT, "docs", "results.md"), "map", text, tool="experiments/regimes.py"):
             print("updated docs/results.md")
 
 

@@ -13,11 +13,8 @@ import os
 
 import torch
 
-import ddp
-import pairs
-import tasks
-import tiny_world
-from memory import machine, software_stack  # noqa: F401 (settings.machine / software_stack: what a run records)
+from machinery import ddp, pairs, tasks, tiny_world
+from machinery.memory import machine, software_stack  # noqa: F401 (settings.machine / software_stack: what a run records)
 
 
 # The paper's recipe (App. B) for its pairs (pairs.PAIRS): 128 prompts x n 8 (argparse defaults), 4 minibatches,
@@ -33,7 +30,7 @@ PRESETS = {  # per-pair defaults; flags given on the command line win
     # 32 steps keep the main job (both models, both methods) near 3 minutes on 2 cores; micro-batches of 64 sequences
     # keep it under 2 GB (the same gradient, and no slower). It evaluates at the start and the end only (~8 s an
     # evaluation of both models): its table is the same with any cadence (each evaluation is seeded by its step);
-    # the curves over steps are reproduce.py's, every 8 (reproduce.EVAL_EVERY; --eval-every 8 here draws them too).
+    # the curves over steps are experiments/reproduce.py's, every 8 (reproduce.EVAL_EVERY; --eval-every 8 here draws them too).
     # With 16 prompts per step or lr >= 3e-4 RL did not learn or collapsed (docs/tiny_world.md)
     "tiny": dict(steps=32, prompts_per_step=64, minibatches=2, lr=1e-4, lr_a=None, lr_b=None, max_new_tokens=48,
                  eval_every=32, eval_samples=4, eval_problems=200, ckpt_every=8, data="tiny", micro_batch=64),
@@ -225,7 +222,7 @@ def parse_args(argv=None):
     cfg = p.parse_args(argv)
     cfg.out = cfg.out or os.path.join("runs", cfg.pair)
     check_ranges(p, cfg)
-    world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's processes (ddp.py)
+    world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's processes (machinery/ddp.py)
     if cfg.prompts_per_step % world:
         p.error(f"--prompts-per-step {cfg.prompts_per_step} does not divide by the {world} processes of this torchrun: "
                 f"give a multiple of {world}, or another --nproc_per_node")
@@ -275,7 +272,7 @@ def read_data(cfg):
 
     math: MATH train, evaluated on the paper's five benchmarks; gsm8k: GSM8K train and test. Each
     set comes from its local file (--train-data, --eval-data NAME=PATH) or, without one, from the
-    hub (tasks.SOURCES), or for --pair cpu from the files of `python pairs.py fetch` (tasks.ensure_data);
+    hub (tasks.SOURCES), or for --pair cpu from the files of `python -m machinery.pairs fetch` (tasks.ensure_data);
     each held-out family (= benchmark) is cut to --eval-problems."""
     if cfg.data == "tiny":
         world = tiny_world.make_world(cfg.world_seed, cfg.world_split, cfg.narrate)
@@ -286,7 +283,7 @@ def read_data(cfg):
                 {f: [tasks.worded(p) for p in ps[:cfg.eval_problems]] for f, ps in world.heldout.items()})
     if cfg.data in ("math", "gsm8k"):
         train_path, local = cfg.train_data, dict(item.split("=", 1) for item in cfg.eval_data or [])
-        if cfg.pair == "cpu":  # no hub: the files of `python pairs.py fetch` (fetched here once if missing)
+        if cfg.pair == "cpu":  # no hub: the files of `python -m machinery.pairs fetch` (fetched here once if missing)
             files = tasks.data_files(tasks.ensure_data(cfg.cache_dir))
             train_path = train_path or files["gsm8k_train" if cfg.data == "gsm8k" else "math"]
             for name in set(eval_sets(cfg)) - set(local):  # parse_args made sure that each has a fetched file
@@ -332,7 +329,7 @@ def model_paths(cfg):
 
 def recorded_path(path):
     """A model folder as config.json records it: a shipped tiny model as "tiny_pair/<key>" (the same on every
-    checkout, so that a run made in one clone is reused by reproduce.py in another), any other path as it is."""
+    checkout, so that a run made in one clone is reused by experiments/reproduce.py in another), any other path as it is."""
     shipped = os.path.abspath(tiny_world.SHIPPED)
     if os.path.dirname(os.path.abspath(path)) == shipped:
         return os.path.join(os.path.basename(shipped), os.path.basename(path))

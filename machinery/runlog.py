@@ -23,9 +23,9 @@ import tempfile
 
 import torch
 
-import memory
-from tasks import BadData
-from wheels import share_modes
+from machinery import memory
+from machinery.tasks import BadData
+from machinery.wheels import share_modes
 
 log = logging.getLogger("graft_min")
 
@@ -141,7 +141,7 @@ def check_config(saved, new, where, fix, ignore=(), keys=None):
 
 def saved_config(out):
     """out/config.json: the settings of the run that made folder `out`. A setting added since that run was made
-    reads as the value it had in effect then, so that the folder (or reproduce.py's record of it) stays reusable."""
+    reads as the value it had in effect then, so that the folder (or experiments/reproduce.py's record of it) stays reusable."""
     path = os.path.join(out, "config.json")
     if not os.path.exists(path):
         raise ConfigMismatch(f"{out}: has a checkpoint but no config.json, so its settings cannot be checked; "
@@ -183,7 +183,7 @@ def report_changes(out, changes):
 
 def report_machine(out, saved, config):
     """A run resumed on another CPU model goes on with a warning: the CPU is recorded, never compared (runs made
-    before it was recorded, and reproduce.py's records of them, stay reusable), yet it can move the numbers."""
+    before it was recorded, and experiments/reproduce.py's records of them, stay reusable), yet it can move the numbers."""
     if saved.get("machine") not in (None, config.get("machine")):
         log.warning("%s: resumed on another CPU (%s -> %s); the run is valid, but no longer bit-exact with one never "
                     "stopped", out, saved["machine"], config.get("machine"))

@@ -22,15 +22,15 @@ family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there
 (pairs.load_policy): the same path real models take. pair_specs' pair_seed k (graft_min.py's --seed) is pair
 k: its own model inits and warm-start data order in the same world, with the same tokenizers.
 
-The shipped pairs. The main job's pair (TINY, pair 0) and pairs 1-4 of its world (reproduce.py's seeds; together
+The shipped pairs. The main job's pair (TINY, pair 0) and pairs 1-4 of its world (experiments/reproduce.py's seeds; together
 SHIPPED_SPECS) are committed in tiny_pair/ with a MANIFEST.json (each file's sha256 and size, the CPU and software
 stack that built it, the command): tiny_pair loads them after checking every file, with no warm-start, because the
 warm-start amplifies the CPU kernels' last-bit differences into another pair on another CPU (docs/runs.md, "Across
 machines"). Other specs (other worlds, regime points, pairs 5 and up) are warm-started and cached.
 
-    python tiny_world.py build          warm-starts the shipped pairs from scratch and writes tiny_pair/
-    python tiny_world.py build --check  the same, compared file by file with tiny_pair/ instead of written
-    python tiny_world.py --report       the pair (shipped, or warm-started once: --seed, world knobs) and the world
+    python -m machinery.tiny_world build          warm-starts the shipped pairs from scratch and writes tiny_pair/
+    python -m machinery.tiny_world build --check  the same, compared file by file with tiny_pair/ instead of written
+    python -m machinery.tiny_world --report       the pair (shipped, or warm-started once: --seed, world knobs) and the world
             report: per model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
             that are exactly the family's wrong-habit trace, and per direction the share of the
             receiver's all-fail prompts where the peer's group is mixed (Eq. 4's candidates) and how
@@ -54,12 +54,12 @@ import torch
 from tqdm import tqdm
 
 import loss
-import memory
 import rollout
-from pairs import default_cache_dir, load_policy
-from tasks import Problem, encode_prompt
 from verifier import reward
-from wheels import ChecksumMismatch, sha256_of, share_modes
+from machinery import memory
+from machinery.pairs import default_cache_dir, load_policy
+from machinery.tasks import Problem, encode_prompt
+from machinery.wheels import ROOT, ChecksumMismatch, sha256_of, share_modes
 
 log = logging.getLogger("graft_min")
 
@@ -232,7 +232,7 @@ def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=Fals
     same family without a units carry (so its own groups there hold nothing to learn about that carry), and
     uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
     skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family.
-    The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (regimes.py);
+    The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (experiments/regimes.py);
     pair_specs(0.85, split_carry=False) is the earlier habit world of whole families.
 
     pair_seed k (graft_min.py's --seed, one experiment a seed): pair k of this world. Each model gets its own
@@ -258,8 +258,8 @@ def weak_family(spec):
     return max(spec.habits, key=spec.habits.get)
 
 
-TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, regimes.py)
-SHIPPED_PAIRS = 5  # pairs 0-4 of the main job's world ship in tiny_pair/: reproduce.py's five seeds, on every CPU
+TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, experiments/regimes.py)
+SHIPPED_PAIRS = 5  # pairs 0-4 of the main job's world ship in tiny_pair/: experiments/reproduce.py's five seeds, on every CPU
 SHIPPED_SPECS = tuple(spec for k in range(SHIPPED_PAIRS) for spec in pair_specs(pair_seed=k))  # A0, B0, A1, B1, ...
 
 
@@ -386,7 +386,7 @@ def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
     repository's tiny_pair/ folder, each file's sha256 checked first (shipped_model): no warm-start, no cache.
     Any other spec (a pair of another world, a regime point) is warm-started on first use and cached
     (ensure_tiny_model; missing models warm-start in parallel, one process a core). shipped: the folder holding the
-    manifest (default SHIPPED); False: warm-start every spec (`python tiny_world.py build`)."""
+    manifest (default SHIPPED); False: warm-start every spec (`python -m machinery.tiny_world build`)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     import multiprocessing
@@ -407,21 +407,21 @@ def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
 
 # ---------------------------------------------------------------- the shipped pairs (tiny_pair/)
 #
-# The main job's two warm-started models, and the four other pairs of its world that reproduce.py's seeds 1-4 train,
-# are committed in the repository, so that `--pair tiny` and reproduce.py print the same tables on every CPU: the
+# The main job's two warm-started models, and the four other pairs of its world that experiments/reproduce.py's seeds 1-4 train,
+# are committed in the repository, so that `--pair tiny` and experiments/reproduce.py print the same tables on every CPU: the
 # warm-start (600 AdamW steps from a random init) turns the kernels' last-bit differences between CPUs into another
 # pair, while the RL part barely moves (docs/runs.md, "Across machines").
 #
 #   tiny_pair/MANIFEST.json            what the folder holds and how it was made:
-#       {"command": "python tiny_world.py build", "machine": CPU model name, "cpu": its exact kind (memory.cpu_id),
+#       {"command": "python -m machinery.tiny_world build", "machine": CPU model name, "cpu": its exact kind (memory.cpu_id),
 #        "stack": versions and CPU kernels (memory.software_stack),
 #        "threads": torch threads per model, "models": {spec key: {"model": "a" or "b", "pair": k,
 #                                                                  "files": {name: {"sha256": hex, "size": bytes}}}}}
 #   tiny_pair/<spec key>/              save_pretrained's files and tiny_spec.json, as ensure_tiny_model writes them
 
-SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_pair")
+SHIPPED = os.path.join(ROOT, "tiny_pair")
 MANIFEST = "MANIFEST.json"
-BUILD = "python tiny_world.py build"
+BUILD = "python -m machinery.tiny_world build"
 
 
 def read_manifest(shipped=None):
@@ -480,7 +480,7 @@ def write_shipped(paths, specs, shipped=None, threads=1):
                                             for f in sorted(os.listdir(dest))}}
         manifest = {"what": "the warm-started tiny pairs of the main job's world (tiny_world.SHIPPED_SPECS): pair 0 "
                             "is the main job's (`python graft_min.py --pair tiny`), pair k the one `--seed k` and "
-                            "reproduce.py's seed k train, loaded without a warm-start; every file is checked "
+                            "experiments/reproduce.py's seed k train, loaded without a warm-start; every file is checked "
                             "against its sha256 on load (tiny_world.shipped_model)",
                     "command": BUILD, "machine": memory.machine(), "cpu": memory.cpu_id(),
                     "stack": memory.software_stack("cpu"), "threads": threads, "models": models}
@@ -547,7 +547,7 @@ def compare_with_shipped(paths, specs, shipped=None):
 
 
 def build_shipped(check=False, shipped=None, specs=SHIPPED_SPECS):
-    """`python tiny_world.py build [--check]`: warm-start `specs` (pairs 0-4 of the main job's world, A and B of
+    """`python -m machinery.tiny_world build [--check]`: warm-start `specs` (pairs 0-4 of the main job's world, A and B of
     each) from scratch in a temporary cache, one torch thread a model (one process a core), then write them as the
     shipped pairs (write_shipped) or, with check, compare them with it file by file
     (compare_with_shipped). Prints where and how long; returns the exit status (1: a file differs)."""
@@ -667,7 +667,7 @@ def main(argv=None):
                          "world): give it no world knob, --seed, --report, --cache-dir or --json")
         raise SystemExit(build_shipped(check=args.check))
     if args.check:
-        parser.error("--check goes with build: `python tiny_world.py build --check`")
+        parser.error("--check goes with build: `python -m machinery.tiny_world build --check`")
     t0 = time.time()
     paths = tiny_pair(args.cache_dir, specs)
     print(f"tiny pair ready in {time.time() - t0:.1f} s: {paths[0]}, {paths[1]}")

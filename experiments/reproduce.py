@@ -10,18 +10,18 @@ same world with the same held-out problems; seed 0 is the shipped pair (tiny_pai
               success-only transfer, and delta 0.7 and 0.9 of the threshold sweep (Table 7); each row's change vs
               full GRAFT beside the paper's (table2_lines)
     Table 9   clipped share of self vs peer tokens
-    Fig. 1    complementarity, from the GRAFT run of the first seed (plots.py)
+    Fig. 1    complementarity, from the GRAFT run of the first seed (machinery/plots.py)
 
-    python reproduce.py                                          # seeds 0-4, 90 runs: ~2.5 h on 2 cores, resumable
-    python reproduce.py --seeds 0 --steps 20 --root runs/quick   # a quick look
-    python reproduce.py --tables-only                            # the tables from the recorded runs, running none
+    python -m experiments.reproduce                                          # seeds 0-4, 90 runs: ~2.5 h on 2 cores, resumable
+    python -m experiments.reproduce --seeds 0 --steps 20 --root runs/quick   # a quick look
+    python -m experiments.reproduce --tables-only                            # the tables from the recorded runs, running none
 
 Writes results/tiny_results.md and results/tiny_results.json (mean +- std over seeds of the
 final held-out pass@1 per model and family, and deltas vs GRPO (n)), results/headline.md (the
 README's table), results/accuracy_seeds.png (held-out accuracy over training, seed spread as a
 band) and seed 0's plots next to them. It also evaluates GRPO (n) and GRAFT before and after RL
 near-greedily (T 0.01), next to the paper's T 0.6. With the default --results, it also puts the headline
-table into README.md and the tables into docs/results.md, between their `<!-- reproduce.py -->`
+table into README.md and the tables into docs/results.md, between their `<!-- experiments/reproduce.py -->`
 markers.
 Runs go to runs/reproduce/seed<k>/<variant>/. A run folder that is already there is reused
 (resumed, or taken as it is when finished) only if its config.json holds exactly this
@@ -49,13 +49,12 @@ import statistics
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
-import graft_min
-import plots
-import runlog
-import settings
-import tiny_world
 import torch
 from tqdm import tqdm
+
+import graft_min
+from machinery import plots, runlog, settings, tiny_world
+from machinery.wheels import ROOT
 
 # Held-out evaluation every 8 steps: the curves over steps of every recorded run (results/tiny_runs/) and of the
 # regime map. Pinned here, not read from the tiny preset: the main job evaluates less often (settings.PRESETS), and a
@@ -92,7 +91,7 @@ LABELS = {"grpo": "GRPO (n)", "grpo_2n": "GRPO (2n)", "grpo_4n": "GRPO (4n)", "g
           "random_admission": "random admission (count-matched)", "peer_shuffle": "peer minibatches shuffled",
           "pooled": "pooled groups", "delta_07": "delta = 0.7", "delta_09": "delta = 0.9"}
 # The paper's Table 2 (pair 1) and its threshold sweep (Table 7): part, variant, and the change of the five-benchmark
-# mean vs full GRAFT in points, SmolLM3-3B / Qwen3-1.7B. Every row but GRPO is an ablation: reproduce.py --tables-only
+# mean vs full GRAFT in points, SmolLM3-3B / Qwen3-1.7B. Every row but GRPO is an ablation: experiments/reproduce.py --tables-only
 # writes the tables before all of them are recorded (a '-' row).
 TABLE2 = [("component removal", "no_gate", -8.36, -2.51), ("component removal", "delta_0", -1.89, -3.56),
           ("component removal", "no_balance", -2.00, -0.48), ("component removal", "seq_ratio", -1.85, -0.45),
@@ -149,12 +148,12 @@ def check_reuse(jobs, records=None, flags_only=False):
         try:
             runlog.check_config(saved, new, os.path.join(where, "config.json"),
                                 ignore=runlog.BOOKKEEPING, keys=sorted(new) if flags_only else None,
-                                fix="reproduce.py reuses a run folder or record only with the same settings; "
+                                fix="experiments/reproduce.py reuses a run folder or record only with the same settings; "
                                     "give another --root (or --results), or delete it to rerun the run")
         except runlog.ConfigMismatch as e:
             errors.append(str(e))
     if errors:
-        raise SystemExit("reproduce.py: " + "\n".join(errors))
+        raise SystemExit("experiments/reproduce.py: " + "\n".join(errors))
 
 
 def check_machine(records):
@@ -172,7 +171,7 @@ def check_machine(records):
             seen.add(config.get("machine"))
     other = sorted(m for m in seen - {None, here})
     if other:
-        raise SystemExit(f"reproduce.py: {records} holds runs made on {', '.join(other)} with pairs warm-started "
+        raise SystemExit(f"experiments/reproduce.py: {records} holds runs made on {', '.join(other)} with pairs warm-started "
                          f"there; this CPU is {here}, whose warm-start makes other pairs, so its runs would not belong "
                          f"in these tables. Run on that CPU, or give another --results (and --root) for a "
                          f"reproduction of this CPU's own")
@@ -234,7 +233,7 @@ def greedy_evals(jobs):
         cfg = argparse.Namespace(**{**vars(cfg), "eval_temperature": GREEDY_T, "eval_samples": 1})
         ckpt = runlog.load_checkpoint(os.path.join(folder, "checkpoint.pt"))
         if ckpt["next_step"] != cfg.steps:
-            raise SystemExit(f"reproduce.py: {folder} stopped at step {ckpt['next_step']} of {cfg.steps}")
+            raise SystemExit(f"experiments/reproduce.py: {folder} stopped at step {ckpt['next_step']} of {cfg.steps}")
         _, heldout = settings.load_data(cfg)
         paths = settings.model_paths(cfg)
         for m in "ab":
@@ -383,7 +382,7 @@ def greedy_lines(greedy, table, fams, seeds):
 
 def eval_curves(root, seeds_of, variants=("grpo", "grpo_2n", "grpo_4n", "graft")):
     """{variant: {seed: the run's evals.jsonl rows}}: held-out pass@1 along the way, of the variants that
-    seeds_of names (regimes.py runs no GRPO (4n))."""
+    seeds_of names (experiments/regimes.py runs no GRPO (4n))."""
     return {v: {s: runlog.read_jsonl(os.path.join(root, f"seed{s}", v, "evals.jsonl")) for s in seeds_of[v]}
             for v in variants if v in seeds_of}
 
@@ -410,7 +409,7 @@ def collect(root, seeds_of):
                     for key, value in s["start"].items():
                         table.setdefault("start", {}).setdefault(m, {}).setdefault(key, {})[seed] = value
     if len(stacks) > 1:
-        raise SystemExit("reproduce.py: these runs were made on different software stacks and do not go into one "
+        raise SystemExit("experiments/reproduce.py: these runs were made on different software stacks and do not go into one "
                          "table; rerun the odd ones out on one stack (another --root, or delete their folders):\n" +
                          "\n".join(f"  {stack}: {', '.join(folders)}" for stack, folders in stacks.items()))
     return table, wall
@@ -433,7 +432,7 @@ def write_results(table, seeds_of, args, out_dir, wall, greedy=None):
     """results/tiny_results.md and .json; every delta compares runs of the same seeds. greedy:
     greedy_evals' result, shown next to the T 0.6 evaluations when given."""
     fams = sorted(k for k in table["grpo"]["a"] if k not in STATS + FIRST_LAST and k != "mean")
-    command = " ".join(["python reproduce.py", *args.argv])
+    command = " ".join(["python -m experiments.reproduce", *args.argv])
     lines = [f"### Tiny-pair results ({args.steps} steps per run)", "",
              f"Written by `{command}`. Final held-out pass@1 (T 0.6, top-p 0.95), mean +- std over seeds; in",
              "brackets the change vs GRPO (n) on the same seeds. Clip columns: share of clipped tokens (%).",
@@ -569,7 +568,7 @@ def table2_lines(table, seeds_of):
                     "docs/differences.md.", ""]
 
 
-def update_between_markers(path, name, text, tool="reproduce.py"):
+def update_between_markers(path, name, text, tool="experiments/reproduce.py"):
     """Replace what stands between `<!-- TOOL: NAME -->` and `<!-- TOOL: end NAME -->` in the file at
     `path` with `text` (atomically); returns False if the file or its markers are missing."""
     begin, end = f"<!-- {tool}: {name} -->", f"<!-- {tool}: end {name} -->"
@@ -628,8 +627,8 @@ def main(argv=None):
                 if not os.path.exists(os.path.join(record_of(args.records, out), "summary.json"))}
         needed = [v for v in todo if v not in {row[1] for row in TABLE2} - {"grpo"}]  # all but the ablations
         if needed:
-            raise SystemExit(f"reproduce.py --tables-only: {', '.join(sorted(needed))} not recorded for every seed in "
-                             f"{args.records}; the tables need them (run reproduce.py)")
+            raise SystemExit(f"experiments/reproduce.py --tables-only: {', '.join(sorted(needed))} not recorded for every seed in "
+                             f"{args.records}; the tables need them (run experiments/reproduce.py)")
         seeds_of = {v: args.seeds for v in VARIANTS if v not in todo}
     else:
         check_machine(args.records)
@@ -637,18 +636,17 @@ def main(argv=None):
             settings.model_paths(settings.parse_args(["--pair", "tiny", "--seed", str(seed)]))
         check_reuse(jobs, args.records)
         todo = still_to_run(jobs, args.records, args.seeds[0])
-        print(f"reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")
+        print(f"experiments/reproduce.py: {len(jobs) - len(todo)} of {len(jobs)} runs recorded in {args.records}; {len(todo)} to run")
         run_jobs(todo, args.jobs, args.records)
         seeds_of = {v: args.seeds for v in VARIANTS}
     table, wall = collect(args.records, seeds_of)
     greedy = recorded_greedy(args.records, seeds_of)
     print(write_results(table, seeds_of, args, args.results, wall, greedy))
     if args.results == "results":  # the default: the README's headline and docs/results.md show these numbers
-        here = os.path.dirname(os.path.abspath(__file__))
         for path, name, file in (("README.md", "headline", "headline.md"), (os.path.join("docs", "results.md"),
                                  "tables", "tiny_results.md")):
             with open(os.path.join(args.results, file)) as f:
-                if update_between_markers(os.path.join(here, path), name, f.read()):
+                if update_between_markers(os.path.join(ROOT, path), name, f.read()):
                     print(f"updated {path}")
     if args.tables_only:
         return

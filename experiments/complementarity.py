@@ -2,11 +2,11 @@
 Fig. 1 and the gate on a real pair: how complementary two models are on real problems, and how many
 of the peer's responses Eq. 7-8's gate would admit (paper Fig. 1; Eqs. 4, 6, 7, 8). No training.
 
-    python complementarity.py --model-a cache/real/qwen2.5-coder-0.5b-instruct \
+    python -m experiments.complementarity --model-a cache/real/qwen2.5-coder-0.5b-instruct \
         --model-b cache/real/smollm2-135m-instruct --data gsm8k --k 50 --n 8
 
 Three phases, each resumable (a killed run starts again where it stopped):
-    sample   K problems of a real data set (tasks.py's loaders on the local JSONL of `python pairs.py
+    sample   K problems of a real data set (machinery/tasks.py's loaders on the local JSONL of `python -m machinery.pairs
              fetch`, chosen by --seed); each model samples n responses per problem at --temperature
              (rollout.sample_groups, the prompt of tasks.encode_prompt: the chat template unless
              --plain-prompt), graded by verifier.reward (the paper's boxed rule unless --lenient-answers);
@@ -48,12 +48,9 @@ import torch
 from tqdm import tqdm
 
 import loss
-import pairs
-import plots
 import rollout
-import runlog
-import tasks
 from verifier import reward
+from machinery import pairs, plots, runlog, tasks
 
 MODELS = ("a", "b")
 DIRECTIONS = (("a", "b"), ("b", "a"))  # (source, receiver)
@@ -399,7 +396,7 @@ def parse_args(argv=None):
     a("--model-b", required=True, help="model B: a local folder or hub id")
     a("--data", default="gsm8k", choices=sorted(tasks.FETCHED), help="data set: gsm8k = GSM8K test; math = MATH train")
     a("--data-file", default=None,
-      help="its JSONL file (default: the one `python pairs.py fetch` wrote under the cache, tasks.data_files)")
+      help="its JSONL file (default: the one `python -m machinery.pairs fetch` wrote under the cache, tasks.data_files)")
     a("--cache-dir", default=None, help="cache folder of the fetched data (default ./cache or $GRAFT_MIN_CACHE)")
     a("--math-levels", default=None, help="only MATH problems of these levels, e.g. 1,2 (--data math or math500)")
     a("--k", type=int, default=50, help="problems, drawn from the data set by --seed")
@@ -433,7 +430,7 @@ def parse_args(argv=None):
         folder = os.path.join(cfg.cache_dir or pairs.default_cache_dir(), "data", "pypi")
         cfg.data_file = tasks.data_files(folder)[tasks.FETCHED[cfg.data]]
         if not os.path.exists(cfg.data_file):
-            p.error(f"{cfg.data_file}: not found; run `python pairs.py fetch` (or set GRAFT_MIN_CACHE / --cache-dir "
+            p.error(f"{cfg.data_file}: not found; run `python -m machinery.pairs fetch` (or set GRAFT_MIN_CACHE / --cache-dir "
                     f"to its cache), or give the file with --data-file")
     cfg.data_file = os.path.abspath(cfg.data_file)
     for m in MODELS:  # folders by absolute path, so a resume from another directory compares equal
@@ -497,7 +494,7 @@ def main(argv=None):
     try:
         return run(cfg)
     except (UsageError, runlog.ConfigMismatch, pairs.ModelNotAvailable, FileNotFoundError) as e:
-        raise SystemExit(f"complementarity.py: {e}") from None
+        raise SystemExit(f"experiments/complementarity.py: {e}") from None
 
 
 if __name__ == "__main__":

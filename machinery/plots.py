@@ -12,15 +12,15 @@ Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
     learning.png          one model with no peer (--pair coder): per family, held-out pass@1, finished share and
                           pass@1 among finished responses over steps, and the training reward (in place of
                           complementarity.png and success_heatmap.png, which need a peer)
-    plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (reproduce.py)
-    plot_regimes          the regime map: GRAFT's edge against the receiver's start, and the gate (regimes.py)
+    plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (experiments/reproduce.py)
+    plot_regimes          the regime map: GRAFT's edge against the receiver's start, and the gate (experiments/regimes.py)
     compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
     clipping.png          share of clipped tokens, self vs peer, over steps (paper Table 9)
     exchange.png          groups exchanged and peer responses admitted per step
 
-    python plots.py runs/tiny              # a comparison folder (grpo/ and graft/ inside)
-    python plots.py runs/a runs/b --out X  # any run folders; PNGs go to --out (default: the first)
-    python plots.py runs/tiny --table      # print the training reward per family, every 10 steps
+    python -m machinery.plots runs/tiny              # a comparison folder (grpo/ and graft/ inside)
+    python -m machinery.plots runs/a runs/b --out X  # any run folders; PNGs go to --out (default: the first)
+    python -m machinery.plots runs/tiny --table      # print the training reward per family, every 10 steps
 """
 
 import argparse
@@ -31,7 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import runlog  # noqa: E402
+from machinery import runlog  # noqa: E402
 
 DIRECTION = {"a": "B -> A", "b": "A -> B"}  # metrics are logged per receiver
 
@@ -280,7 +280,7 @@ def plot_exchange(metrics, path, title=""):
 
 
 def plot_regimes(results, path, eval_every, steps):
-    """regimes.py's map. results: {point: {receiver: point_result}}. Top: GRAFT - GRPO (n) (filled) and
+    """experiments/regimes.py's map. results: {point: {receiver: point_result}}. Top: GRAFT - GRPO (n) (filled) and
     GRPO (2n) - GRPO (n) (open) on the receiver's weak sub-skill against what its own samples get right there
     (T = 1 training reward, first 20% of GRPO (n)'s steps: the held-out pass@1 at T 0.6 is 0 at several points), at the first
     evaluation and at the end, mean +- std over seeds; circles terse, squares narrated traces. Bottom: the
@@ -325,7 +325,7 @@ def plot_regimes(results, path, eval_every, steps):
         ax.set_xscale("symlog", linthresh=0.01)
         ax.set_xlim(0, 1)
         ax.set_xlabel("receiver's own T = 1 reward on its weak sub-skill, first 20% of GRPO (n)'s steps")
-    fig.suptitle("Where GRAFT's rescue shows: the tiny world's regime map (regimes.py)")
+    fig.suptitle("Where GRAFT's rescue shows: the tiny world's regime map (experiments/regimes.py)")
     _save(fig, path)
 
 

