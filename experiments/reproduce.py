@@ -301,8 +301,13 @@ def recorded_greedy(records, seeds_of):
     return out
 
 
+def run_one(job):
+    """graft_min.run(cfg, method, out) in a worker process (a module-level function, so that it pickles)."""
+    return graft_min.run(*job)
+
+
 class InProcess:
-    """The executor of one worker: each job runs at once, in this process (as graft_min.run_parallel does), and
+    """The executor of one worker: each job runs at once, in this process (as runner.run_parallel does), and
     leaves this process's thread count as it found it (a run sets its own: --threads)."""
 
     def __enter__(self):
@@ -341,7 +346,7 @@ def run_jobs(jobs, workers, records, record=None, desc="reproduce: runs"):
                 pending.remove(job)
                 cfg, method, out = job
                 cfg = argparse.Namespace(**{**vars(cfg), "bar_position": len(running), "threads": cfg.threads or 1})
-                running[pool.submit(graft_min._run_job, (cfg, method, out))] = job
+                running[pool.submit(run_one, (cfg, method, out))] = job
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 job = running.pop(future)

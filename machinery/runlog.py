@@ -262,29 +262,6 @@ def log_groups(path, step, name, batch, groups, n):
                             "mean_logprobs": groups.mean_logprobs[sl].tolist()})
 
 
-def complementarity_stats(k_self, k_peer, n):
-    """Fig. 1 on one batch, for metrics.jsonl: of this model's all-fail prompts (success counts k_self [G]), the
-    share where the peer (k_peer [G]) has >= 1 success, the share where its group is mixed, and their count."""
-    all_fail, mixed = k_self == 0, (k_peer > 0) & (k_peer < n)
-
-    def share(hits):
-        return float(hits.sum()) / float(all_fail.sum()) if all_fail.any() else None
-    return {"peer_any_success_on_all_fail": share((k_peer > 0) & all_fail),
-            "peer_mixed_on_all_fail": share(mixed & all_fail), "candidates_in": int((mixed & all_fail).sum())}
-
-
-def exchange_stats(x):
-    """A receiver's exchange and clipping statistics for metrics.jsonl, from the step's totals x:
-    groups selected, s of every peer response, w and correctness of the admitted ones, clipped tokens."""
-    return {"selected": x["selected"], "peer_responses": len(x["s"]),
-            "admitted": len(x["w"]), "admitted_share": len(x["w"]) / len(x["s"]) if x["s"] else None,
-            "admitted_correct": x["correct"],
-            "w_mean": sum(x["w"]) / len(x["w"]) if x["w"] else None, "s_values": [round(v, 4) for v in x["s"]],
-            "weighted_adv_admitted": x["wadv"],
-            "clip_self": x["clip_self"] / max(1, x["tok_self"]), "clip_peer": x["clip_peer"] / max(1, x["tok_peer"]),
-            "tokens_self": x["tok_self"], "tokens_peer": x["tok_peer"]}
-
-
 def save_checkpoint(path, state):
     """Write the checkpoint atomically. If it cannot be written (no space left, say), the partial file is
     removed, the previous checkpoint stays as it was, and CheckpointNotWritten says so in one line."""
@@ -358,16 +335,6 @@ def eval_families(record):
     """The held-out families of an evals.jsonl record (graft_min.evaluate), sorted: its keys but the step, the
     model, the mean and the per-family dicts of finished shares (records of older runs have none)."""
     return sorted(k for k, v in record.items() if k not in ("step", "model", "mean") and not isinstance(v, dict))
-
-
-def family_stats(batch, rewards):
-    """Per family: mean reward and share of all-fail groups in this batch."""
-    out = {}
-    for fam in sorted({p.family for p in batch}):
-        idx = [j for j, p in enumerate(batch) if p.family == fam]
-        r = rewards[idx]
-        out[fam] = {"reward": float(r.mean()), "all_fail": float((r.sum(1) == 0).float().mean())}
-    return out
 
 
 def print_table(results):

@@ -103,3 +103,23 @@ def test_readme_states_the_same_layering():
     line = next(l for l in open(os.path.join(ROOT, "README.md")).read().splitlines() if l.startswith("Layering,"))
     stated = [sorted(re.findall(r"`([\w/]+)(?:\.py)?`", part)) for part in line.split(":", 1)[1].split("<")]
     assert stated == [sorted(t) for t in TIERS], f"README's layering {stated} differs from this test's {TIERS}"
+
+
+METHOD = ("graft_min.py", "loss.py", "rollout.py", "verifier.py")
+
+
+def test_the_method_files_read_in_one_sitting():
+    """graft_min.py is Algorithm 1 and the entry point (<= 400 lines, train_step <= 40), and the method files'
+    docstrings state contracts: their mean length (module, classes, functions) is at most 250 characters."""
+    source = open(os.path.join(ROOT, "graft_min.py")).read()
+    assert len(source.splitlines()) <= 400
+    step = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "train_step")
+    assert step.end_lineno - step.lineno + 1 <= 40
+    numbered = re.findall(r"^ +# (\d)\. ", ast.get_source_segment(source, step), re.M)
+    assert numbered == ["1", "2", "3", "4", "5"], numbered  # Algorithm 1's steps, in order
+    lengths = []
+    for name in METHOD:
+        tree = ast.parse(open(os.path.join(ROOT, name)).read())
+        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        lengths += [len(ast.get_docstring(n)) for n in nodes if ast.get_docstring(n)]
+    assert sum(lengths) / len(lengths) <= 250, sum(lengths) / len(lengths)

@@ -19,7 +19,7 @@ import torch
 import graft_min
 import loss
 import rollout
-from machinery import settings, tasks, tiny_world
+from machinery import settings, stats, tasks, tiny_world
 
 
 def fake_reward(text, gold, require_box=True):
@@ -359,7 +359,7 @@ def test_gradient_split_adds_up_to_the_first_update_gradient(policies):
                                               [0, 1, 1, 1]]))
     rows = [r for q in range(6) for r in graft_min.own_rows(ro, q, adv[q])]
     rows[0].weight = 0.9  # a weight other than 1 must scale its response's part
-    split = graft_min.gradient_split(pol, rows, cfg)
+    split = stats.gradient_split(pol, rows, cfg)
     assert all(p.grad is None for p in pol.model.parameters())  # no gradient left behind
     lp, mask = rollout.token_logprobs(pol.model, [r.prompt_ids for r in rows], [r.response_ids for r in rows],
                                       pol.tok.pad_token_id, cfg.temperature)

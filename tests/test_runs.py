@@ -21,7 +21,7 @@ import torch
 
 from conftest import another_machine
 import graft_min
-from machinery import pairs, runlog, settings, tiny_world
+from machinery import pairs, runlog, runner, settings, tiny_world
 from experiments import reproduce
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -553,7 +553,7 @@ def test_run_jobs_records_each_run_and_starts_a_stored_run_after_its_grpo_run(mo
     def run_job(job):  # as a run does, it sets its thread count (--threads)
         torch.set_num_threads(1)
         order.append(os.path.relpath(job[2], tmp_path))
-    monkeypatch.setattr(graft_min, "_run_job", run_job)
+    monkeypatch.setattr(reproduce, "run_one", run_job)
     request.addfinalizer(lambda threads=torch.get_num_threads(): torch.set_num_threads(threads))  # even on a failure,
     torch.set_num_threads(2)  # and after the two-worker part below, whose fake runs set 1 thread in this process
 
@@ -682,9 +682,9 @@ def test_the_main_job_runs_real_models_one_at_a_time(argv, workers, monkeypatch,
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": "A", "b": "B"})
-    monkeypatch.setattr(graft_min, "run_parallel", stop)
+    monkeypatch.setattr(runner, "run_parallel", lambda jobs, n, run: stop(jobs, n))
     with pytest.raises(Stop):
-        graft_min.compare(settings.parse_args([*argv, "--out", str(tmp_path)]))
+        runner.compare(settings.parse_args([*argv, "--out", str(tmp_path)]), graft_min.run)
     assert seen == [(2, workers)]
 
 
