@@ -129,3 +129,13 @@ def test_the_table_2_ablation_flags_are_off_by_default_and_run_settings(capsys):
     with pytest.raises(SystemExit) as e:  # pooling needs the receiver's group all-fail; a drawn prompt's need not be
         settings.parse_args(base + ["--random-prompts", "--pooled"])
     assert e.value.code == 2 and "--random-prompts with --pooled" in capsys.readouterr().err
+
+
+def test_every_flag_sits_in_a_named_group_with_one_line_of_help():
+    parser = settings.build_parser()
+    defaults = {"options", "optional arguments", "positional arguments"}  # argparse's own (3.10+, before, both)
+    grouped = {id(a) for g in parser._action_groups if g.title not in defaults for a in g._group_actions}
+    loose = [a.option_strings for a in parser._actions if a.dest != "help" and id(a) not in grouped]
+    assert not loose, f"flags outside a named group: {loose}"
+    long = [(a.option_strings, a.help) for a in parser._actions if not a.help or "\n" in a.help or len(a.help) > 100]
+    assert not long, f"give each flag one line of help, at most 100 characters: {long}"
