@@ -3,20 +3,18 @@ The loss math of GRAFT, as pure tensor functions (no models, no I/O).
 
 Equation numbers follow the paper (arXiv 2609.37868):
 
-    group_advantages       Eq. 1    a_i = (r_i - mean(r)) / (std(r) + eps), sample std; 0 if all r equal
-    mean_logprob           Eq. 6    lbar = (1/|o|) sum_t log pi(o_t | q, o_<t)
-    compatibility_score    Eq. 7    s = exp(lbar_receiver_old - lbar_source_old)
-    compatibility_weight   Eq. 8    w = 1[s > delta] * min(s, 1)
-    random_admission_weight  Eq. 11 (App. G)   the random-admission ablation's w: count-matched draw, min(s, 1)
-    clipped_token_mask     Eqs. 2, 10   where the clipped branch of the min is active (no gradient)
-    policy_loss            Eqs. 2, 3, 9, 10   -J: weighted, clipped, token-mean surrogate; optionally some rows
-                                      with one sequence-level ratio (the "w/o token-level ratio" ablation)
-    k3_kl                  (optional, not in the paper)   k3 estimator of KL(pi || pi_ref)
+    group_advantages         Eq. 1             a_i = (r_i - mean(r)) / (std(r) + eps), sample std; 0 if all r equal
+    mean_logprob             Eq. 6             lbar = (1/|o|) sum_t log pi(o_t | q, o_<t)
+    compatibility_score      Eq. 7             s = exp(lbar_receiver_old - lbar_source_old)
+    compatibility_weight     Eq. 8             w = 1[s > delta] * min(s, 1)
+    random_admission_weight  Eq. 11, App. G    w = min(s, 1) on a count-matched random draw (ablation)
+    clipped_token_mask       Eqs. 2, 10        where the min takes its clipped branch (no gradient)
+    policy_loss              Eqs. 2, 3, 9, 10  -J: weighted, clipped, token-mean surrogate
+    k3_kl                    not in the paper  k3 estimate of KL(pi || pi_ref), optional
 
-Conventions: B = responses in a minibatch, T = padded response length, G = prompts,
-n = responses per prompt. Masks are 1 on response tokens (EOS included) and 0 on padding;
-padded positions may hold any finite garbage and never change a value or a gradient.
-Advantages and weights are constants: no gradient flows through them.
+B = responses in a minibatch, T = padded response length, G = prompts, n = responses per prompt.
+Masks are 1 on response tokens (EOS included), 0 on padding; padded positions may hold any finite
+garbage and never change a value or a gradient. Advantages and weights are constants (no gradient).
 """
 
 import torch
@@ -71,10 +69,10 @@ def compatibility_weight(recv_mean_logprob, src_mean_logprob, delta=0.8):
 
 
 def random_admission_weight(s, count, seed):
-    """Eq. 11 (App. G, the "random admission" ablation): w = 1[o in A_rand] * min(s, 1), no floor.
+    """Eq. 11 (App. G, random admission): w = 1[o in A_rand] * min(s, 1), no floor.
 
-    s [P]: Eq. 7's scores of a receiver's peer responses; A_rand: `count` of them (as many as the gate
-    admits, Eq. 8) drawn uniformly without replacement by a generator seeded with `seed`. -> w [P]
+    s [P] -> w [P]; A_rand is `count` responses (as many as Eq. 8 admits) drawn without replacement,
+    seeded by `seed`.
     """
     drawn = torch.randperm(len(s), generator=torch.Generator().manual_seed(seed))[:count]  # [count]
     w = torch.zeros_like(s)
@@ -83,11 +81,10 @@ def random_admission_weight(s, count, seed):
 
 
 def _masked_log_ratio(logprobs, old_logprobs, mask, seq_ratio=None):
-    """log rho (Eqs. 3, 9) on masked tokens, 0 on padding (so exp never sees garbage). [B, T]
+    """log rho (Eqs. 3, 9) [B, T], 0 on padding so exp never sees garbage; also the bool mask.
 
-    seq_ratio (bool [B], optional): those rows take one ratio for every token instead, GSPO's sequence-level
-    ratio, the geometric mean of the row's token ratios: log s_j = mean_t (log pi - log pi_old) over its
-    masked tokens. The "w/o token-level ratio" ablation of Table 2 (App. F), on peer rows."""
+    seq_ratio (bool [B]): those rows take log s_j = mean_t log rho_jt on every token (GSPO's
+    sequence-level ratio; the "w/o token-level ratio" ablation, App. F)."""
     m = mask.bool()
     diff = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
     if seq_ratio is not None:
@@ -97,10 +94,10 @@ def _masked_log_ratio(logprobs, old_logprobs, mask, seq_ratio=None):
 
 
 def clipped_token_mask(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, seq_ratio=None):
-    """Tokens where min(rho*a, clip(rho)*a) takes the clipped branch, i.e. get no gradient.
+    """bool [B, T]: tokens where min(rho*a, clip(rho)*a) is clipped, so they get no gradient.
 
-    That is a > 0 and rho > 1 + eps_high, or a < 0 and rho < 1 - eps_low; rows in seq_ratio (bool [B])
-    use their sequence-level ratio, so all of their tokens are clipped or none. -> bool [B, T]
+    That is a > 0 and rho > 1 + eps_high, or a < 0 and rho < 1 - eps_low; a seq_ratio row is
+    clipped on all its tokens or none.
     """
     log_ratio, m = _masked_log_ratio(logprobs.detach(), old_logprobs.detach(), mask, seq_ratio)
     ratio = torch.exp(log_ratio)  # [B, T]
@@ -114,15 +111,11 @@ def policy_loss(logprobs, old_logprobs, advantages, weights, mask, eps_low=0.2, 
 
         J = 1/(sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_low, 1+eps_high) a_j)
 
-    logprobs [B, T] (current policy, with grad), old_logprobs [B, T] (behaviour policy of the
-    model being trained, for self AND peer responses), advantages [B], weights [B] (1 for
-    self responses, Eq. 8 for peer ones), mask [B, T]. The divisor is the unweighted number
-    of masked tokens in this minibatch (token-mean). Responses dropped by the gate are
-    removed by the caller, not passed with weight 0.
-    seq_ratio (bool [B], optional; --seq-ratio): those rows replace every rho_jt by their sequence-level ratio
-    s_j = exp(mean_t log rho_jt), clipped with the same eps; each token still counts once in the sum and the
-    divisor (token-mean), so row j adds w_j |o_j| min(s_j a_j, clip(s_j) a_j). None: Eq. 10 as above.
-    Returns (loss: scalar tensor, stats: dict of floats).
+    logprobs [B, T] (current, with grad); old_logprobs [B, T] (the trained model's behaviour policy,
+    for self and peer rows); advantages [B]; weights [B] (1 self, Eq. 8 peer); mask [B, T].
+    Divisor: the unweighted masked-token count (token-mean); gate-dropped rows are removed by the
+    caller, not passed with w = 0. seq_ratio (bool [B], --seq-ratio): those rows use
+    s_j = exp(mean_t log rho_jt) for every rho_jt, still token-mean. -> (loss scalar, stats dict of floats)
     """
     log_ratio, m = _masked_log_ratio(logprobs, old_logprobs.detach(), mask, seq_ratio)
     n_tokens = m.sum()

@@ -2,27 +2,19 @@
 Rollouts: sampling groups of responses, scoring token log-probs, and re-tokenising a peer's
 responses for a receiver (paper Sec. 3 and 4.2).
 
-    sample_groups     n responses per prompt in batched HF `generate` (left-padded prompts),
-                      sampled from the policy itself: temperature T, top_p 1, top_k 0, and
-                      nothing from the model's own generation_config (no hub defaults leak in)
-                      but its end ids: a response stops at the first of stop_ids
-    stop_ids          the tokenizer's EOS plus every end id the model's generation_config lists
-                      (chat models often have several: Qwen2.5-Instruct <|im_end|> and <|endoftext|>)
-    token_logprobs    log pi(o_t | q, o_<t) = log_softmax(logits / T) for given prompt and
-                      response ids, any padding, explicit position ids (GPT-2 needs them)
-    retokenize        a peer's response *texts* -> the receiver's token ids (Sec. 4.2: transfer
-                      is at the text level); the receiver's EOS is appended only when the
-                      peer's response finished
-    Rollout           the trajectory record: ids, texts, finished flags, behaviour log-probs
+    sample_groups   n responses per prompt from batched HF `generate` (left-padded prompts), sampled
+                    from the policy itself: temperature T, top_p 1, top_k 0, nothing of the model's
+                    generation_config but its end ids
+    stop_ids        the tokenizer's EOS plus every end id the model's generation_config lists
+    token_logprobs  log pi(o_t | q, o_<t) = log_softmax(logits / T) of given response ids
+    retokenize      a peer's response *texts* -> the receiver's ids (Sec. 4.2: transfer is text)
+    Rollout         the trajectory record: ids, texts, finished flags, behaviour log-probs
 
-Layout of a scored batch: [left pad | prompt | response | right pad]. Every response starts
-in the same column, so its log-probs are one slice of the logits. Masks come from lengths,
-never from token values (pad may equal EOS; EOS stays inside the loss mask).
-
-Behaviour log-probs: right after sampling, the same weights score the sampled tokens in one
-forward pass (as verl and TRL recompute old log-probs); tests check this equals the
-distribution `generate` sampled from. Storing generate's own logits would cost
-[tokens x vocab] memory, impossible for real vocabularies.
+A scored batch is [left pad | prompt | response | right pad]: every response starts in the same
+column, so its log-probs are one slice of the logits. Masks come from lengths, never from token
+values (pad may equal EOS; EOS stays in the loss mask). Behaviour log-probs are rescored by the
+same weights right after sampling (as verl and TRL do; tests check they equal what generate
+sampled from): keeping generate's logits would cost [tokens x vocab] memory.
 """
 
 import time
@@ -54,15 +46,15 @@ class Rollout:
 
 
 def progress(items=None, desc=None, delay=5, **kw):
-    """A progress bar for a wait that may be long (a phase of a step, an evaluation): shown after `delay` s, at
-    most one update a second, gone when done; none without desc or on ranks other than 0 under torchrun."""
+    """A tqdm bar for a long wait: shown after `delay` s, updated at most once a second, gone when
+    done; disabled without desc and on ranks other than 0."""
     other_rank = torch.distributed.is_initialized() and torch.distributed.get_rank() != 0
     return tqdm(items, desc=desc, leave=False, delay=delay, mininterval=1, disable=desc is None or other_rank, **kw)
 
 
 def bar_delay(model):
-    """Seconds before a bar of this model's work shows: at once for a real model (100M parameters or more: on a
-    CPU its prefill alone can take a minute before the first token moves the bar), after 5 s for the tiny pair."""
+    """Seconds before a bar of this model's work shows: 0 for 100M parameters or more (its prefill
+    alone may be long), 5 for the tiny pair (docs/decisions.md#progress-bars-for-real-models)."""
     return 0 if sum(p.numel() for p in model.parameters()) >= 100_000_000 else 5
 
 
@@ -97,26 +89,25 @@ def pad_batch(prompt_ids, response_ids, pad_id):
     return input_ids, attention, position_ids, response_mask, P
 
 
-# Above this many elements of a micro-batch's [B, R, V] logits, its log-probs are taken in chunks of response
-# positions (chunked_logprobs): 2**26 fp32 elements are 256 MiB a copy. The tiny pair's largest micro-batch
-# (64 sequences x at most a few hundred positions x a vocabulary of 28 or 74) stays under 2M elements, so it never
-# chunks and its numbers stay bit for bit; --pair small's (2 x 1024 x 151,936) is 311M: 2 x 220 positions a chunk.
+# Past this many elements of a micro-batch's [B, R, V] logits, log-probs are taken in chunks of positions
+# (chunked_logprobs); 2**26 fp32 elements are 256 MiB a copy. The tiny pair never reaches it, so its numbers
+# stay bit for bit (docs/decisions.md#log-prob-chunks).
 CHUNK_ELEMENTS = 2**26
 
 
 def autocast_of(model):
-    """The autocast context the model's own forward runs in (pairs.autocast_bf16 marks the model with
-    `autocast_dtype`), for the parts of it that chunked_logprobs calls one by one."""
+    """The autocast context of the model's own forward (its `autocast_dtype`, set by
+    pairs.autocast_bf16), for the parts that chunked_logprobs calls one by one."""
     dtype = getattr(model, "autocast_dtype", None)
     device_type = next(model.parameters()).device.type
     return torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)
 
 
 def chunked_logprobs(model, input_ids, attention, position_ids, targets, temperature, entropy):
-    """token_logprobs past CHUNK_ELEMENTS, the same numbers (to ~1e-7) in less memory: the trunk runs once, then the
-    lm-head, log_softmax and gather run on chunks of response positions, so that [B, R, V] logits never exist whole.
-    With gradients each chunk's lm-head and log-softmax are recomputed in the backward (torch.utils.checkpoint):
-    only one chunk's logits and their gradient are alive at a time. targets: [B, R] ids; returns as token_logprobs."""
+    """token_logprobs past CHUNK_ELEMENTS: same numbers, and [B, R, V] logits never exist whole.
+
+    The trunk runs once; lm-head, log_softmax and gather run per chunk of positions, recomputed in
+    the backward. targets [B, R] -> (logprobs [B, R], and entropies [B, R] if entropy)."""
     B, R = targets.shape
     head = model.get_output_embeddings()
     cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2's; applied as its forward does
@@ -149,10 +140,9 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
                    desc=None):
     """log_softmax(logits / T) of each response token given its prompt and the tokens before it.
 
-    prompt_ids, response_ids: lists of B id lists. Returns (logprobs [B, R], mask [B, R]), and with
-    entropy=True also the entropy of the whole next-token distribution at each position [B, R];
-    gradients flow when grad mode is on. micro_batch splits the forward to bound memory (desc: a bar over them);
-    a micro-batch whose logits would pass CHUNK_ELEMENTS is taken in chunks of positions (chunked_logprobs).
+    prompt_ids, response_ids: B id lists each -> (logprobs [B, R], mask [B, R]), plus the next-token
+    entropy [B, R] if entropy; gradients flow in grad mode. micro_batch bounds rows per forward
+    (desc: a bar over them); past CHUNK_ELEMENTS it chunks.
     """
     device = next(model.parameters()).device
     if micro_batch and len(prompt_ids) > micro_batch:
@@ -169,9 +159,9 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
         out = chunked_logprobs(model, input_ids.to(device), attention.to(device), position_ids.to(device), targets,
                                temperature, entropy)
         return out[0], mask.to(device), *out[1:]
-    # Without gradients only the last R + 1 positions go through the lm-head (the prompt's logits are never used;
-    # ~20% of a scoring pass on SmolLM2-135M, bench/bench_trl.py), with bit-identical log-probs. With gradients
-    # all positions do: the lm-head's weight gradient summed over fewer rows rounds differently in its last bits.
+    # Without gradients only the last R + 1 positions reach the lm-head (same log-probs, bit for bit); with
+    # gradients all do: fewer rows would round its weight gradient differently
+    # (docs/decisions.md#scoring-keeps-only-the-response-logits).
     keep = {} if torch.is_grad_enabled() else {"logits_to_keep": R + 1}
     out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                 position_ids=position_ids.to(device), use_cache=False, **keep)
@@ -186,8 +176,8 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id, temperature=1.0, mic
 
 
 def stop_ids(model, tokenizer):
-    """The ids that end a response: the tokenizer's EOS and every end id of the model's own
-    generation_config (an int, a list or None there), sorted."""
+    """Sorted ids that end a response: the tokenizer's EOS and each end id of the model's
+    generation_config (chat models often list several)."""
     listed = model.generation_config.eos_token_id
     listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
     return sorted({tokenizer.eos_token_id, *listed})
@@ -206,16 +196,12 @@ def response_length(ids, stop):
 @torch.no_grad()
 def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1.0, top_p=1.0,
                   gen_batch=None, score=True, score_batch=None, desc=None, sampler=None):
-    """Sample n responses for each prompt (lists of ids) and score them. Returns a Rollout.
+    """n responses for each of G prompts (id lists), scored by `model` -> Rollout.
 
-    sampler: a copy of the model that samples instead of it (pairs.bf16_copy on a GPU); the behaviour
-    log-probs are still scored by `model`, the training forward, so that rho = 1 before the first update.
-
-    top_p < 1 is only for evaluation (the paper evaluates at T 0.6, top-p 0.95); training
-    rollouts use the defaults so that the behaviour policy is exactly softmax(logits / T).
-    score=False skips the behaviour log-probs (evaluation needs only the texts). score_batch bounds the
-    sequences per scoring forward pass: its [B, T, V] logits are far larger than generation's.
-    desc names the progress bars of a long wait: tokens sampled (with an ETA), then sequences scored.
+    sampler (e.g. a bf16 copy) samples instead of `model`, which still scores, so rho = 1 before the
+    first update. top_p < 1 is for evaluation only: training samples exactly softmax(logits / T).
+    score=False skips the log-probs; gen_batch / score_batch bound sequences per generate / scoring
+    call; desc names the bars.
     """
     t0 = time.time()
     gen = model if sampler is None else sampler
@@ -230,9 +216,8 @@ def sample_groups(model, tokenizer, prompt_ids, n, max_new_tokens, temperature=1
     # The model's own generation_config (hub defaults such as top_k=20 or a repetition
     # penalty) must not change the sampling distribution: generate from a blank config.
     saved_config, gen.generation_config = gen.generation_config, GenerationConfig()
-    # Sampling runs every module in eval mode, the layers that gradient checkpointing keeps in training mode
-    # (pairs.enable_grad_checkpointing) too: with them in training mode transformers 5.17 drops the KV cache even
-    # without gradients (5.25 keeps it), and each new token recomputes the whole sequence (seen on a GPU).
+    # Every module samples in eval mode, checkpointed layers too: in training mode generate may drop the KV
+    # cache (docs/decisions.md#sampling-in-eval-mode).
     modes = [(m, m.training) for m in gen.modules()]
     gen.eval()
     chunks, delay = range(0, len(flat), step), bar_delay(model)

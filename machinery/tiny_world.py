@@ -1,40 +1,29 @@
 """
-The tiny world: a synthetic two-family arithmetic world and the two tiny models that train in it
+The tiny world: two families of column arithmetic, and the two tiny models that train in it
 (a CPU-sized stand-in for the paper's MATH and its 1.7B-3B pairs, Sec. 5.1).
 
-Problems, traces and habits. Each family's answers are worked out column by column, units first,
-each column written with its carry (column_trace):
+Traces (column_trace) are worked column by column, units first, each column with its carry:
     add  3-digit + 3-digit    Q:658+375=  ->  8+5=13,5+7+1=13,6+3+1=10 \\boxed{1033}
     mul  2-digit x 1-digit    Q:47*6=     ->  7*6=42,4*6+4=28 \\boxed{282}
-Each family also has one systematic wrong habit, "drop the first carry": the first non-zero carry is
-never added to the next column, and the answer is read off the columns as written. A noisy teacher
-writes a TinySpec.habits share of a family's warm-start traces with the habit, so a warm-started model
-holds the right and the wrong habit side by side, and the reward separates them on every prompt.
-Each family's problems are split once (seeded) into train (warm-start and RL prompts) and held-out
-(evaluation only): make_world.
+Each family has one systematic wrong habit, "drop the first carry" (Problem.habit). A noisy teacher writes
+a TinySpec.habits share of a family's warm-start traces with it, so a warm-started model holds the right
+and the wrong habit side by side and the reward separates them. make_world splits each family once
+(seeded) into train (warm-start and RL prompts) and held-out (evaluation only) problems.
 
-The tiny pair. Two heterogeneous causal LMs built from transformers configs (a Llama-style A and a
-GPT-2-style B, different sizes), each with its own character-level tokenizer built in memory
-(different vocabularies and ids, so transfer really goes through text). Each is warm-started by a
-short supervised pass on its spec's family mix and habit shares (TINY, the main job's pair: each
-family split by its units carry, A weak on addc, B weak on mulc, habit 0.9 there), saved with
-`save_pretrained` into a cache folder keyed by its spec, and loaded back with `from_pretrained`
-(pairs.load_policy): the same path real models take. pair_specs' pair_seed k (graft_min.py's --seed) is pair
-k: its own model inits and warm-start data order in the same world, with the same tokenizers.
+The tiny pair (pair_specs): a Llama-style A and a GPT-2-style B of different sizes, built from transformers
+configs, each with its own character-level tokenizer (other ids, so transfer goes through text);
+warm-started by a short supervised pass, saved with save_pretrained and loaded with from_pretrained
+(pairs.load_policy), as real models are. pair_seed k (graft_min.py's --seed) is pair k of a world.
 
-The shipped pairs. The main job's pair (TINY, pair 0) and pairs 1-4 of its world (experiments/reproduce.py's seeds; together
-SHIPPED_SPECS) are committed in tiny_pair/ with a MANIFEST.json (each file's sha256 and size, the CPU and software
-stack that built it, the command): tiny_pair loads them after checking every file, with no warm-start, because the
-warm-start amplifies the CPU kernels' last-bit differences into another pair on another CPU (docs/runs.md, "Across
-machines"). Other specs (other worlds, regime points, pairs 5 and up) are warm-started and cached.
+Pairs 0-4 of the main job's world (SHIPPED_SPECS; pair 0 is TINY) ship in tiny_pair/ with a MANIFEST.json
+and load after every file's sha256 is checked, with no warm-start, so every CPU starts RL from the same
+weights (docs/decisions.md#shipped-tiny-pairs-instead-of-a-warm-start-on-load). Other specs are
+warm-started once and cached.
 
-    python -m machinery.tiny_world build          warm-starts the shipped pairs from scratch and writes tiny_pair/
-    python -m machinery.tiny_world build --check  the same, compared file by file with tiny_pair/ instead of written
-    python -m machinery.tiny_world --report       the pair (shipped, or warm-started once: --seed, world knobs) and the world
-            report: per model and family, held-out pass@1 (T = 1, n = 8), all-fail share and the share of samples
-            that are exactly the family's wrong-habit trace, and per direction the share of the
-            receiver's all-fail prompts where the peer's group is mixed (Eq. 4's candidates) and how
-            many of those peer responses pass the gate (Eq. 8).
+    python -m machinery.tiny_world build          warm-start the shipped pairs from scratch, write tiny_pair/
+    python -m machinery.tiny_world build --check  the same, compared file by file with tiny_pair/ instead
+    python -m machinery.tiny_world --report       the pair (shipped or cached; --seed, world knobs) and its
+                                                  world report (world_report)
 """
 
 import argparse
@@ -66,15 +55,13 @@ log = logging.getLogger("graft_min")
 # ---------------------------------------------------------------- problems, traces and habits
 
 def column_trace(a, b, op, drop_first_carry=False, narrate=False):
-    """A worked column computation of a (op) b, from the units up, each column written with its
-    carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033};
-    mul 347*6 -> 7*6=42,4*6+4=28,3*6+2=20 \\boxed{2082}.
-    The wrong habit (drop_first_carry): the first non-zero carry is never added to the next
-    column (later carries are), and the answer is read off the columns as written.
-    narrate: each column also says what it writes and carries, the trace's belief included (a world
-    knob: a longer trace whose right and wrong versions still differ in the same few decisive
-    tokens): 8+5=13 so 3 carry 1,5+7+1=13 so 3 carry 1,... ; with the habit 8+5=13 so 3 carry 0,5+7=12 ...
-    Returns (trace, the answer the trace ends in)."""
+    """(trace, the answer it ends in): a (op) b worked column by column from the units up, each column with
+    its carry: add 2658+4375 -> 8+5=13,5+7+1=13,6+3+1=10,2+4+1=7 \\boxed{7033}; mul 347*6 -> 7*6=42,4*6+4=28,...
+    drop_first_carry (the wrong habit): the first non-zero carry is never added to the next column (later
+    ones are), and the answer is read off the columns as written.
+    narrate (a world knob): each column also says what it writes and carries, 8+5=13 so 3 carry 1,... (with the
+    habit 8+5=13 so 3 carry 0,5+7=12 ...): longer traces whose right and wrong versions still differ in the same
+    few decisive tokens."""
     bs = str(b)[::-1] if op == "+" else str(b) * len(str(a))  # the second operand's digit per column
     steps, digits, carry, dropped = [], [], 0, not drop_first_carry
     for da, db in zip(str(a)[::-1], bs):
@@ -124,10 +111,10 @@ class World:
 def make_world(seed=0, split_carry=False, narrate=False, heldout_per_family=200, max_train_per_family=2000):
     """The two-family world, split (seeded) into train and held-out problems.
 
-    split_carry (a world knob): each family becomes two, by whether its units column carries: "add" /
-    "mul" (it does not) and "addc" / "mulc" (it does; the habit drops that carry), so that a teacher can
-    teach the habit on one sub-skill only. Each sub-family holds out min(heldout_per_family, a third)
-    of its problems (mul without a units carry has only 182). narrate: column_trace's narrated traces."""
+    split_carry (a world knob): each family becomes two by whether its units column carries, "add" / "mul"
+    (no) and "addc" / "mulc" (yes: the habit drops that carry), so that a teacher can teach the habit on one
+    sub-skill only; each sub-family holds out min(heldout_per_family, a third) of its problems (mul without
+    a units carry has 182). narrate: column_trace's narrated traces."""
     rng = random.Random(f"tiny-world-{seed}")
     train, heldout = {}, {}
     for fam, (make, first, second, units_carry) in FAMILIES.items():
@@ -215,7 +202,7 @@ class TinySpec:
 
     def key(self):
         spec = dataclasses.asdict(self)
-        for knob in ("split_carry", "narrate"):  # left out at their defaults: caches made before the knobs stay valid
+        for knob in ("split_carry", "narrate"):  # left out when False: a spec without the knobs keeps its key
             if not spec[knob]:
                 del spec[knob]
         blob = json.dumps({"v": CACHE_VERSION, **spec}, sort_keys=True)
@@ -223,22 +210,18 @@ class TinySpec:
 
 
 def pair_specs(weak_habit=0.9, strong_habit=0.25, split_carry=True, narrate=False, world_seed=0, pair_seed=0):
-    """The tiny pair's two specs: mirrored recipes, each model weak where its teacher mostly used the habit.
+    """(A, B): mirrored TinySpecs, each model weak where its teacher mostly wrote the wrong habit.
 
-    Whole families (split_carry False): A's teacher writes weak_habit of its additions and strong_habit of
-    its multiplications with the habit, B the other way round; half of each warm-start is either family.
-    Sub-skills (split_carry True): the receiver's weak skill is the one sub-family where the units column
-    carries (A: addc, B: mulc), taught with the habit weak_habit of the time; its teacher is clean on the
-    same family without a units carry (so its own groups there hold nothing to learn about that carry), and
-    uses the habit strong_habit of the time on both sub-families of the other family (the peer's strong
-    skill, where the peer is mixed on the receiver's weak one). A quarter of each warm-start per sub-family.
-    The defaults are the main job's world: the regime map's point where GRAFT's edge was largest (experiments/regimes.py);
-    pair_specs(0.85, split_carry=False) is the earlier habit world of whole families.
+    split_carry True: a quarter of each warm-start per sub-family. A's weak skill is addc, B's mulc (the units
+    column carries), taught with the habit weak_habit of the time; the same family without that carry is
+    taught clean, and the other family's two sub-families with the habit strong_habit of the time (the peer's
+    strong skill). split_carry False: half per family; A's teacher writes the habit into weak_habit of its
+    additions and strong_habit of its multiplications, B's the other way round.
+    The defaults are the main job's world (docs/decisions.md#the-default-tiny-world).
 
-    pair_seed k (graft_min.py's --seed, one experiment a seed): pair k of this world. Each model gets its own
-    init and warm-start data order (TinySpec.seed 1 + 2k for A, 2 + 2k for B), while the world's problems and
-    held-out set (world_seed) and the tokenizers (tokenizer_seed 1 and 2) stay as they are. Pair 0 is TINY, the
-    first shipped pair (tiny_pair/ holds pairs 0-4: SHIPPED_SPECS)."""
+    pair_seed k (graft_min.py's --seed): pair k of this world, with its own inits and warm-start order
+    (TinySpec.seed 1 + 2k for A, 2 + 2k for B); the problems (world_seed) and the tokenizers (tokenizer_seed
+    1 and 2) are shared. Pair 0 is TINY; tiny_pair/ ships pairs 0-4 (SHIPPED_SPECS)."""
     if split_carry:
         mix = {"add": 0.25, "addc": 0.25, "mul": 0.25, "mulc": 0.25}
         habits_a = {"add": 0.0, "addc": weak_habit, "mul": strong_habit, "mulc": strong_habit}
@@ -258,8 +241,8 @@ def weak_family(spec):
     return max(spec.habits, key=spec.habits.get)
 
 
-TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md, experiments/regimes.py)
-SHIPPED_PAIRS = 5  # pairs 0-4 of the main job's world ship in tiny_pair/: experiments/reproduce.py's five seeds, on every CPU
+TINY = pair_specs()  # the main job's pair (pair 0): the split world at weak habit 0.9 (docs/tiny_world.md)
+SHIPPED_PAIRS = 5  # pairs 0-4 of the main job's world ship in tiny_pair/: experiments/reproduce.py's five seeds
 SHIPPED_SPECS = tuple(spec for k in range(SHIPPED_PAIRS) for spec in pair_specs(pair_seed=k))  # A0, B0, A1, B1, ...
 
 
@@ -380,13 +363,12 @@ def _build_one(spec, cache_dir):
 
 
 def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
-    """Folders of the tiny models of `specs` (the main job's pair by default).
+    """The model folders of `specs` (default: the main job's pair), in order.
 
-    A spec whose key the shipped manifest lists (pairs 0-4 of the main job's world: SHIPPED_SPECS) is read from the
-    repository's tiny_pair/ folder, each file's sha256 checked first (shipped_model): no warm-start, no cache.
-    Any other spec (a pair of another world, a regime point) is warm-started on first use and cached
-    (ensure_tiny_model; missing models warm-start in parallel, one process a core). shipped: the folder holding the
-    manifest (default SHIPPED); False: warm-start every spec (`python -m machinery.tiny_world build`)."""
+    A spec the shipped manifest lists (SHIPPED_SPECS) is read from tiny_pair/ after its sha256 check
+    (shipped_model): no warm-start, no cache. Any other is warm-started on first use and cached
+    (ensure_tiny_model; missing ones in parallel, one process a core). shipped: the folder holding the manifest
+    (default SHIPPED); False: warm-start every spec (`python -m machinery.tiny_world build`)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     import multiprocessing
@@ -407,14 +389,12 @@ def tiny_pair(cache_dir=None, specs=TINY, shipped=None):
 
 # ---------------------------------------------------------------- the shipped pairs (tiny_pair/)
 #
-# The main job's two warm-started models, and the four other pairs of its world that experiments/reproduce.py's seeds 1-4 train,
-# are committed in the repository, so that `--pair tiny` and experiments/reproduce.py print the same tables on every CPU: the
-# warm-start (600 AdamW steps from a random init) turns the kernels' last-bit differences between CPUs into another
-# pair, while the RL part barely moves (docs/runs.md, "Across machines").
+# Pairs 0-4 of the main job's world are committed, so that `--pair tiny` and experiments/reproduce.py start RL from
+# the same weights on every CPU (docs/decisions.md#shipped-tiny-pairs-instead-of-a-warm-start-on-load).
 #
 #   tiny_pair/MANIFEST.json            what the folder holds and how it was made:
-#       {"command": "python -m machinery.tiny_world build", "machine": CPU model name, "cpu": its exact kind (memory.cpu_id),
-#        "stack": versions and CPU kernels (memory.software_stack),
+#       {"what": a sentence, "command": "python -m machinery.tiny_world build", "machine": CPU model name,
+#        "cpu": its exact kind (memory.cpu_id), "stack": versions and CPU kernels (memory.software_stack),
 #        "threads": torch threads per model, "models": {spec key: {"model": "a" or "b", "pair": k,
 #                                                                  "files": {name: {"sha256": hex, "size": bytes}}}}}
 #   tiny_pair/<spec key>/              save_pretrained's files and tiny_spec.json, as ensure_tiny_model writes them
@@ -461,11 +441,10 @@ def shipped_model(spec, shipped=None):
 
 
 def write_shipped(paths, specs, shipped=None, threads=1):
-    """Write the model folders `paths` (of `specs`: A and B of pair 0, then of pair 1, ...) as the shipped pairs in
-    `shipped` (default
-    SHIPPED) with its manifest; returns the manifest. The new folder is assembled next to the old one and renamed
-    into place, so a killed write leaves the old pair (or, between the two renames, none: `git checkout` brings
-    it back). threads: the torch threads each model was warm-started with (recorded)."""
+    """Write the model folders `paths` (of `specs`: A and B of pair 0, then of pair 1, ...) and their manifest as
+    the shipped pairs in `shipped` (default SHIPPED); returns the manifest. The new folder is assembled next to the
+    old one and renamed into place, so a killed write leaves the old pair (or, between the two renames, none:
+    `git checkout` brings it back). threads: the torch threads each model was warm-started with (recorded)."""
     shipped = os.path.abspath(shipped or SHIPPED)
     parent = os.path.dirname(shipped)
     tmp = tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=parent)
@@ -501,9 +480,8 @@ def write_shipped(paths, specs, shipped=None, threads=1):
 
 
 def compare_with_shipped(paths, specs, shipped=None):
-    """Print, file by file, whether the freshly built folders `paths` equal the shipped pair's files (those in
-    `shipped`, default SHIPPED, that its manifest lists); returns the number of files that differ (or are only on
-    one side), and says what a difference means here."""
+    """Print, file by file, whether the built folders `paths` equal the shipped files that the manifest in `shipped`
+    (default SHIPPED) lists, and what a difference means; returns the number that differ or are on one side only."""
     shipped = shipped or SHIPPED
     manifest = read_manifest(shipped)
     if manifest is None:
@@ -547,10 +525,10 @@ def compare_with_shipped(paths, specs, shipped=None):
 
 
 def build_shipped(check=False, shipped=None, specs=SHIPPED_SPECS):
-    """`python -m machinery.tiny_world build [--check]`: warm-start `specs` (pairs 0-4 of the main job's world, A and B of
-    each) from scratch in a temporary cache, one torch thread a model (one process a core), then write them as the
-    shipped pairs (write_shipped) or, with check, compare them with it file by file
-    (compare_with_shipped). Prints where and how long; returns the exit status (1: a file differs)."""
+    """`python -m machinery.tiny_world build [--check]`: warm-start `specs` (default SHIPPED_SPECS) from scratch in a
+    temporary cache, one torch thread a model (one process a core), then write them as the shipped pairs
+    (write_shipped) or, with check, compare them with those file by file (compare_with_shipped). Returns the exit
+    status (1: a file differs)."""
     cache = tempfile.mkdtemp(prefix="tiny-build-")
     threads, t0 = torch.get_num_threads(), time.time()
     print(f"warm-starting {', '.join(s.key() for s in specs)} from scratch in {cache} on {memory.machine()} "
@@ -574,8 +552,11 @@ def build_shipped(check=False, shipped=None, specs=SHIPPED_SPECS):
 # ---------------------------------------------------------------- the world report
 
 def world_report(paths, n=8, temperature=1.0, delta=0.8, max_new_tokens=48, seed=0, world=None):
-    """Held-out pass@1 and all-fail share per model and family, and per direction and receiver family
-    the gate's statistics on the receiver's all-fail prompts (see the module docstring)."""
+    """The world report of the models in `paths` on the held-out problems, n samples a prompt at `temperature`:
+    {"models": {name: {family: {"pass@1", "all_fail", "habit" (the share of samples that are exactly the wrong-habit
+    trace)}}}, "directions": {"src -> recv": {family: {"receiver_all_fail" (a count), and of those prompts
+    "peer_mixed_share" (Eq. 4's candidates), "peer_any_success_share", and "admitted_share": of the mixed groups'
+    responses, the share with s > delta (Eq. 8; nan without any)}}}}."""
     world = world or make_world()
     problems = [p for fam in sorted(world.heldout) for p in world.heldout[fam]]
     policies = [load_policy(p) for p in paths]

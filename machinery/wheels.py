@@ -111,11 +111,10 @@ def share_modes(path):
 def build_once(path, source, build):
     """Return folder `path`, building it first unless it is complete and its marker equals `source` (a dict).
 
-    build(tmp) writes the result into the new, empty folder `tmp`; it may use tmp's parent for scratch
-    files (all of it is removed afterwards). The result gets the marker source.json and the umask's modes
-    (share_modes), and is renamed to
-    `path` in one step: a killed build leaves no half-written folder at `path`, only its `.building-<pid>-*`
-    folder, which the next build removes (remove_stale_builds)."""
+    build(tmp) writes the result into the new, empty folder `tmp`; it may use tmp's parent for scratch files (all
+    of it is removed afterwards). The result gets the marker source.json and the umask's modes (share_modes), and is
+    renamed to `path` in one step: a killed build leaves no half-written folder at `path`, only its
+    `.building-<pid>-*` folder, which the next build removes (remove_stale_builds)."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     remove_stale_builds(parent)
