@@ -102,8 +102,9 @@ def own_rows(sampled, q, adv_q):
 @torch.no_grad()
 def graft_groups(recv, recv_sampled, src, selected, cfg, step=0):
     """Replace the receiver's `selected` all-fail groups by the source's Groups `src` (Eqs. 6-8). Peer responses keep
-    the source's advantages; the receiver re-tokenises each text and scores it with its behaviour policy (Eq. 9's
-    denominator, Eq. 7's first term); s <= delta drops it. Returns (rows, s of every peer response)."""
+    the source's advantages; the receiver re-tokenises each text (longer than its --max-new-tokens: dropped) and
+    scores it with its behaviour policy (Eq. 9's denominator, Eq. 7's first term); s <= delta drops it.
+    Returns (rows, s of every scored peer response)."""
     n = recv_sampled.n
     src_adv = loss.group_advantages(src.rewards)  # [G, n] Eq. 1 over the full source groups
     rows, cand = [], []  # cand: (prompt, response index, advantage) of peer responses
@@ -116,7 +117,13 @@ def graft_groups(recv, recv_sampled, src, selected, cfg, step=0):
         cand += [(q, i, float(adv[i])) for i in range(n) if not cfg.success_only or src.rewards[q, i] > 0]
     texts = [src.texts[q * n + i] for q, i, _ in cand]
     finished = [src.finished[q * n + i] for q, i, _ in cand]
-    kept = [(c, r) for c, r in zip(cand, rollout.retokenize(texts, finished, recv.tok)) if r]  # empty texts dropped
+    retokenized = rollout.retokenize(texts, finished, recv.tok)
+    # dropped: a text that re-tokenises to nothing, or past the receiver's own budget (docs/differences.md)
+    kept = [(c, r) for c, r in zip(cand, retokenized) if 0 < len(r) <= cfg.max_new_tokens]
+    over = sum(len(r) > cfg.max_new_tokens for r in retokenized)
+    if over:
+        log.info("%s: %d peer response(s) longer than --max-new-tokens %d in its tokens, dropped (step %d)",
+                 recv.name, over, cfg.max_new_tokens, step)
     if not kept:
         return rows, []
     cand, resp = [c for c, _ in kept], [r for _, r in kept]
@@ -319,9 +326,9 @@ def stored_groups(peer_log, step, batch, cfg):
                   torch.tensor([x for r in records for x in r["mean_logprobs"]]), group_rewards(texts, batch, cfg))
 
 
-def run(cfg, method, out, sizes_from=None):
+def run(cfg, method, out, like=None):
     """Train with `method` into the run folder `out`, or continue it with --resume; returns its summary (None on
-    ranks other than 0). sizes_from: a config.json whose `auto` batch sizes to take."""
+    ranks other than 0). like: a run folder of the same start whose `auto` sizes and step-0 evaluation to take."""
     cfg = argparse.Namespace(**{**vars(cfg), "method": method})
     memory.release(cfg.device)  # what an earlier run in this process held (compare: GRPO's, before GRAFT's)
     folder = runner.RunFolder(cfg, method, out)  # a resumed folder's settings checked before any model loads
@@ -329,12 +336,12 @@ def run(cfg, method, out, sizes_from=None):
     lrs = {"a": cfg.lr_a or cfg.lr, "b": cfg.lr_b or cfg.lr}
     policies = {name: make_policy(name, paths[name], lrs[name], cfg)
                 for name in ([cfg.train] if method == "stored" else sorted(paths))}  # a and b, or one
-    folder.size(cfg, policies, sizes_from)
+    folder.size(cfg, policies, like)
     train_problems, heldout = settings.load_data(cfg, paths)
     peer_log = runlog.read_peer_log(cfg.peer_log, cfg.peer) if method == "stored" else None
     start, wall = folder.restore(policies)
     for name, pol in policies.items() if start == 0 else ():
-        folder.log_eval(0, name, evaluate(pol, heldout, cfg, 0))
+        folder.log_eval(0, name, folder.start_eval(like, name) or evaluate(pol, heldout, cfg, 0))
     bar = tqdm(range(start, cfg.steps), desc=f"{method:6s} {out}", initial=start, total=cfg.steps,
                position=getattr(cfg, "bar_position", 0), disable=not folder.main)
     for step in bar:
@@ -342,7 +349,7 @@ def run(cfg, method, out, sizes_from=None):
         batch = tasks.prompt_batch(train_problems, cfg.seed, step, cfg.prompts_per_step)
         peer = stored_groups(peer_log, step, batch, cfg) if peer_log is not None else None
         metrics, groups = train_step(step, policies, batch, cfg, peer)
-        folder.log_step(step, batch, metrics, groups, cfg.n)
+        folder.log_step(step, batch, metrics, groups, cfg)
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
             for name, pol in policies.items():

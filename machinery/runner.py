@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 import rollout
-from machinery import ddp, memory, runlog, settings
+from machinery import ddp, memory, runlog, settings, stats
 
 LOGS = ("metrics", "trajectories", "evals")
 
@@ -24,7 +24,7 @@ class RunFolder:
     folder was made with these settings; `restore` continues it or starts it afresh."""
 
     def __init__(self, cfg, method, out):
-        self.out, self.main = out, ddp.is_main()
+        self.out, self.main, self.history = out, ddp.is_main(), {}  # history: {model: metrics lines of this session}
         self.files = {key: os.path.join(out, f"{key}.jsonl") for key in LOGS}
         self.ckpt_path, self.ckpt = os.path.join(out, "checkpoint.pt"), None
         self.resuming = cfg.resume and os.path.exists(self.ckpt_path)
@@ -43,11 +43,12 @@ class RunFolder:
             runlog.check_peer_log(self.config)
             cfg.peer = self.config["peer"]
 
-    def size(self, cfg, policies, sizes_from=None):
-        """Resolve `auto` batch sizes (the resumed folder's own, else those of sizes_from's config.json, else
-        measured) and record them; say how large a checkpoint will be."""
+    def size(self, cfg, policies, like=None):
+        """Resolve `auto` batch sizes (the resumed folder's own, else those of the run folder `like`, else measured)
+        and record them; say how large a checkpoint will be."""
+        source = self.out if self.resuming else like
         memory.resolve_auto_sizes(cfg, list(policies.values()), ddp.world_size(),
-                                  sizes_from=os.path.join(self.out, "config.json") if self.resuming else sizes_from)
+                                  sizes_from=os.path.join(source, "config.json") if source else None)
         self.config["sizes"] = {"gen_batch": cfg.gen_batch, "micro_batch": cfg.micro_batch}
         if self.main:
             runlog.announce_checkpoints(self.out, [p.model for p in policies.values()], cfg)
@@ -71,14 +72,31 @@ class RunFolder:
         runlog.log.info("resumed %s at step %d", self.out, start)
         return start, wall
 
-    def log_step(self, step, batch, metrics, groups, n):
+    def log_step(self, step, batch, metrics, groups, cfg):
+        """Append the step's metrics and trajectories; say once if a receiver's gate stays shut (stats.gate_report)."""
         for name in metrics if self.main else ():
             runlog.append_jsonl(self.files["metrics"], metrics[name])
-            runlog.log_groups(self.files["trajectories"], step, name, batch, groups[name], n)
+            runlog.log_groups(self.files["trajectories"], step, name, batch, groups[name], cfg.n)
+            self.history.setdefault(name, []).append(metrics[name])
+            shut = stats.gate_report(name, self.history[name], cfg.delta)
+            if shut:
+                runlog.log.warning(shut)
 
     def log_eval(self, step, name, result):
         if self.main:
             runlog.append_jsonl(self.files["evals"], {"step": step, "model": name, **result})
+
+    def start_eval(self, like, name):
+        """Model `name`'s step-0 evaluation in the run folder `like` (compare: GRPO's, for GRAFT), when that run has
+        this one's settings but the method: the same weights, seeds and sizes give the same record. Else None."""
+        config, evals = (os.path.join(like, f) for f in ("config.json", "evals.jsonl")) if like else (None, None)
+        if not (like and os.path.exists(config) and os.path.exists(evals)):
+            return None
+        ignore = {"method", "bar_position", "out", "resume"}  # where it goes, not what it computes
+        if runlog.config_differences(runlog.read_json(config), self.config, ignore=ignore):
+            return None
+        record = next((e for e in runlog.read_jsonl(evals) if e["step"] == 0 and e["model"] == name), None)
+        return {k: v for k, v in record.items() if k not in ("step", "model")} if record else None
 
     def checkpoint(self, done, wall, policies):
         if self.main:
@@ -100,7 +118,7 @@ def _call(run, job):
 
 
 def run_parallel(jobs, workers, run, desc=None):
-    """Run (cfg, method, out[, sizes_from]) jobs with `run`, `workers` at a time in separate processes (1: in this
+    """Run (cfg, method, out[, like]) jobs with `run`, `workers` at a time in separate processes (1: in this
     one), each on one thread unless its --threads says otherwise; desc: a bar over the runs."""
     if workers <= 1 or len(jobs) == 1:
         return [run(*job) for job in rollout.progress(jobs, desc, unit="run")]
@@ -114,15 +132,16 @@ def run_parallel(jobs, workers, run, desc=None):
 def compare(cfg, run):
     """The main job: GRPO and GRAFT from the same warm-start, seed and per-model rollout budget, each trained by
     `run`. The tiny pair's two runs go side by side, one per core, when there are two cores; real models one after
-    the other (one GPU, or a CPU's memory), GRAFT then taking the `auto` batch sizes GRPO measured. Prints the table,
-    writes summary.json and the plots; returns the summary (None on ranks other than 0)."""
+    the other (one GPU, or a CPU's memory), GRAFT then taking GRPO's `auto` batch sizes and its step-0 evaluation
+    (the same start: evaluated once). Prints the table, writes summary.json and the plots; returns the summary
+    (None on ranks other than 0)."""
     settings.model_paths(cfg)  # warm-start the tiny pair (or fetch the cpu pair) once, before the runs
     methods = ("grpo", "graft")
     side_by_side = cfg.pair == "tiny" and not (cfg.model_a or cfg.model_b) and not cfg.device.startswith("cuda")
     workers = min(2, os.cpu_count() or 1) if side_by_side and ddp.world_size() == 1 else 1
     jobs = [(cfg, m, os.path.join(cfg.out, m)) for m in methods]
     if workers == 1:
-        jobs[1] += (os.path.join(jobs[0][2], "config.json"),)
+        jobs[1] += (jobs[0][2],)  # like: GRPO's folder
     results = dict(zip(methods, run_parallel(jobs, workers, run)))
     if not ddp.is_main():
         return None

@@ -5,6 +5,7 @@ split into positive- and negative-advantage parts (gradient_split). Nothing here
 """
 
 import math
+import statistics
 
 import torch
 
@@ -72,6 +73,21 @@ def step_metrics(step, name, batch, k, groups, sampled, selected, peer_rows, s, 
         "seconds": {"generate": sampled.seconds["generate"], "score": sampled.seconds["score"],
                     **{key: seconds[key] for key in ("graft", "update", "rollout_all")}},
     }
+
+
+def gate_report(name, history, delta, exchanges=3, share=0.05):
+    """One line, once, when the gate has admitted (almost) nothing: after receiver `name`'s first `exchanges` steps
+    that scored peer responses (history: its metrics lines so far), fewer than `share` of them admitted. Else None."""
+    seen = [m for m in history if m["peer_responses"]]
+    if len(seen) != exchanges or not history[-1]["peer_responses"]:
+        return None
+    sent, admitted = sum(m["peer_responses"] for m in seen), sum(m["admitted"] for m in seen)
+    if admitted >= share * sent:
+        return None
+    s = statistics.median(v for m in seen for v in m["s_values"])
+    return (f"model {name}: the gate admitted {admitted} of {sent} peer responses over its first {exchanges} exchanges "
+            f"(median s {s:.2f}, delta {delta}): GRAFT runs as GRPO here; the pair's texts are too "
+            f"unlikely under each other (docs/real_models.md#when-the-gate-stays-shut)")
 
 
 def gradient_split(pol, rows, cfg):

@@ -19,7 +19,7 @@ import torch
 import graft_min
 import loss
 import rollout
-from machinery import settings, stats, tasks, tiny_world
+from machinery import runlog, settings, stats, tasks, tiny_world
 
 
 def fake_reward(text, gold, require_box=True):
@@ -52,7 +52,7 @@ def batch(step=0, size=6):
 # ---------------------------------------------------------------- the replacement and the gate
 
 def test_hand_made_step_puts_exactly_the_admitted_peer_responses_into_the_buffer(policies):
-    cfg = cfg_for()
+    cfg = cfg_for("--max-new-tokens", "24")  # the longest peer text, 19 characters and EOS, within the budget
     recv = policies["b"]
     probs = batch(size=2)
     ro_b, _ = graft_min.rollout_groups(recv, probs, cfg, step=0)
@@ -80,6 +80,38 @@ def test_hand_made_step_puts_exactly_the_admitted_peer_responses_into_the_buffer
     for r, i in zip(rows, kept):  # Eq. 9: the ratio's denominator is the RECEIVER's behaviour policy
         torch.testing.assert_close(r.old_logprobs, lp[i][mask[i]].detach())
         assert r.prompt_ids == ro_b.prompt_ids[0]  # the receiver's own prompt encoding
+
+
+class Doubling:
+    """A tokenizer that spells every character twice: a peer's text takes twice the receiver's tokens."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text, add_special_tokens=False):
+        return [i for t in self.tok.encode(text, add_special_tokens=add_special_tokens) for i in (t, t)]
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_a_peer_text_longer_than_the_receivers_budget_is_dropped_and_counted(policies, caplog):
+    cfg = cfg_for("--delta", "0")  # --max-new-tokens 6; with no floor every scored response is admitted
+    recv = policies["b"]
+    probs = batch(size=1)
+    ro_b, _ = graft_min.rollout_groups(recv, probs, cfg, step=0)
+    texts, finished = ["12", "123", "1234", "1"], [True, True, False, False]
+    peer = graft_min.Groups(texts, finished, torch.zeros(4), torch.tensor([[1.0, 0, 0, 1]]))
+    rows, s = graft_min.graft_groups(recv, ro_b, peer, [0], cfg)
+    assert [len(r.response_ids) for r in rows] == [3, 4, 4, 1] and len(s) == 4  # the receiver's own tokens: all fit
+    doubled = dataclasses.replace(recv, tok=Doubling(recv.tok))
+    with caplog.at_level("INFO", logger="graft_min"):
+        rows, s = graft_min.graft_groups(doubled, ro_b, peer, [0], cfg)
+    # doubled: "12" + EOS = 5 and "1" = 2 tokens fit in 6; "123" + EOS = 7 and "1234" = 8 do not
+    assert [len(r.response_ids) for r in rows] == [5, 2] and len(s) == 2
+    assert [r.advantage for r in rows] == pytest.approx([0.866025, 0.866025], abs=1e-5)  # "12" and "1": successes
+    said = [r.getMessage() for r in caplog.records if "longer than --max-new-tokens" in r.getMessage()]
+    assert said == ["b: 2 peer response(s) longer than --max-new-tokens 6 in its tokens, dropped (step 0)"]
 
 
 def capture_updates(monkeypatch):
@@ -184,7 +216,8 @@ def _peer_setup(policies):
 
 def _run(policies, *flags):
     recv, ro, peer = _peer_setup(policies)
-    rows, _ = graft_min.graft_groups(recv, ro, peer, [1], cfg_for(*flags))
+    # a budget that holds the longest hand-made text (15 characters and EOS): longer peer texts are dropped
+    rows, _ = graft_min.graft_groups(recv, ro, peer, [1], cfg_for("--max-new-tokens", "24", *flags))
     return [(r.peer, recv.tok.decode(r.response_ids, skip_special_tokens=True), round(r.advantage, 5),
              round(r.weight, 5)) for r in rows]
 
@@ -256,7 +289,7 @@ def test_random_admission_admits_as_many_as_the_gate_drawn_at_random_with_min_s_
     a = round(0.5 / (math.sqrt(1 / 3) + 1e-6), 5)  # s = 1.2, 0.95, 0.6, 0.85 (_peer_setup)
     full = {"1+1=2 \\boxed{2}": (a, 1.0), "5*5=25": (-a, 0.95), "\\boxed{9}": (a, 0.6), "3+4=7": (-a, 0.85)}
     for flags, count in (([], 3), (["--delta", "0.9"], 2)):  # the gate admits 3 (s > 0.8), or 2 (s > 0.9)
-        cfg, draws = cfg_for("--random-admission", *flags), set()
+        cfg, draws = cfg_for("--random-admission", "--max-new-tokens", "24", *flags), set()  # the texts fit
         for step in range(12):
             got = admitted(cfg, step)
             assert len(got) == count
@@ -437,3 +470,40 @@ def test_evaluate_counts_finished_samples_and_pass_at_1_among_them(policies, mon
     result = graft_min.evaluate(policies["a"], heldout, cfg_for("--eval-samples", "2"), 0)
     assert result == {"add": 0.5, "mul": 1.0, "mean": 0.75, "finished": {"add": 0.5, "mul": 0.0},
                       "pass_finished": {"add": 0.5, "mul": None}}
+
+
+def exchange_line(sent, admitted, s):
+    return {"peer_responses": sent, "admitted": admitted, "s_values": s}
+
+
+def test_the_gate_report_speaks_once_after_three_exchanges_that_admitted_almost_nothing():
+    shut = [exchange_line(0, 0, []), exchange_line(4, 0, [0.5, 0.3, 0.7, 0.2]), exchange_line(0, 0, []),
+            exchange_line(2, 0, [0.6, 0.1]), exchange_line(4, 0, [0.4, 0.5, 0.35, 0.3])]
+    said = [stats.gate_report("b", shut[:i + 1], 0.8) for i in range(len(shut))]
+    # s sorted: 0.1 0.2 0.3 0.3 0.35 0.4 0.5 ..., the median (0.35 + 0.4) / 2
+    assert said[:4] == [None] * 4 and said[4] == (
+        "model b: the gate admitted 0 of 10 peer responses over its first 3 exchanges (median s 0.38, delta 0.8): "
+        "GRAFT runs as GRPO here; the pair's texts are too unlikely under each other "
+        "(docs/real_models.md#when-the-gate-stays-shut)")
+    assert stats.gate_report("b", shut + [exchange_line(0, 0, [])], 0.8) is None  # once: at the third exchange only
+    assert stats.gate_report("b", shut + [exchange_line(3, 0, [0.1] * 3)], 0.8) is None
+    open_gate = shut[:4] + [exchange_line(10, 1, [0.9] + [0.1] * 9)]  # 1 of 16 admitted: over 5%
+    assert stats.gate_report("b", open_gate, 0.8) is None
+
+
+def test_a_graft_run_whose_gate_admits_nothing_says_so_in_one_line(policies, monkeypatch, tmp_path, caplog):
+    cfg = cfg_for("--method", "graft", "--delta", "100", "--no-balance", "--steps", "8", "--eval-every", "8",
+                  "--out", str(tmp_path / "run"))
+    monkeypatch.setattr(settings, "model_paths", lambda cfg: {"a": "a", "b": "b"})
+    monkeypatch.setattr(graft_min, "make_policy", lambda name, path, lr, cfg: policies[name])
+    monkeypatch.setattr(settings, "load_data", lambda cfg, paths=None: (
+        tiny_world.make_world().train_problems(), {"add": tiny_world.make_world().train_problems()[:2]}))
+    with caplog.at_level("INFO", logger="graft_min"):
+        graft_min.run(cfg, "graft", str(tmp_path / "run"))
+    metrics = runlog.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    said = [r.getMessage() for r in caplog.records if "the gate admitted" in r.getMessage()]
+    for name in "ab":  # delta 100 admits nothing: a receiver with 3 steps that scored peer responses says so once
+        exchanges = [m["step"] for m in metrics if m["model"] == name and m["peer_responses"]]
+        assert [line.startswith(f"model {name}: the gate admitted 0 of ") for line in said].count(True) == \
+            (len(exchanges) >= 3)
+    assert said, "no receiver had three exchanges in 8 steps: pick another seed or more steps"

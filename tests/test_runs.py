@@ -720,3 +720,29 @@ def test_the_announced_checkpoint_size_is_the_written_size(model_dirs, tmp_path,
     announced = runlog.announce_checkpoints(str(out), models, cfg) * 1e9  # bytes
     written = os.path.getsize(out / "checkpoint.pt")
     assert announced <= written <= announced * 1.2 + 200_000  # + pickling, names and optimizer bookkeeping
+
+
+def test_graft_takes_the_step0_evaluation_of_grpo_from_the_same_start_and_equals_a_fresh_one(model_dirs, tmp_path,
+                                                                                            monkeypatch):
+    """compare, one run after the other: GRAFT's start is GRPO's (the same weights, seeds and sizes), so GRAFT copies
+    GRPO's step-0 evaluation instead of sampling it again; the copy equals the record of a GRAFT run that evaluates."""
+    run(model_dirs, tmp_path / "grpo", "--method", "grpo", "--steps", "1")
+    fresh = run(model_dirs, tmp_path / "fresh", "--method", "graft", "--steps", "1")
+    evaluated, real = [], graft_min.evaluate
+    monkeypatch.setattr(graft_min, "evaluate", lambda pol, heldout, cfg, step: evaluated.append((pol.name, step))
+                        or real(pol, heldout, cfg, step))
+    cfg = settings.parse_args(["--prompts-per-step", "6", "--n", "4", "--max-new-tokens", "6", "--lr", "1e-3",
+                               "--eval-problems", "2", "--eval-samples", "1", "--ckpt-every", "1", "--eval-every", "1",
+                               "--model-a", model_dirs[0], "--model-b", model_dirs[1], "--steps", "1"])
+    copied = graft_min.run(cfg, "graft", str(tmp_path / "graft"), like=str(tmp_path / "grpo"))
+    assert evaluated == [("a", 1), ("b", 1)]  # step 0 taken from GRPO's folder, step 1 evaluated
+    read = runlog.read_jsonl
+    assert read(tmp_path / "graft" / "evals.jsonl") == read(tmp_path / "fresh" / "evals.jsonl")
+    assert [e for e in read(tmp_path / "graft" / "evals.jsonl") if e["step"] == 0] == \
+        [e for e in read(tmp_path / "grpo" / "evals.jsonl") if e["step"] == 0]
+    assert copied["models"] == fresh["models"]
+    # another start (seed 1): nothing to copy, GRAFT evaluates its own step 0
+    evaluated.clear()
+    other = argparse.Namespace(**{**vars(cfg), "seed": 1})
+    graft_min.run(other, "graft", str(tmp_path / "seed1"), like=str(tmp_path / "grpo"))
+    assert evaluated == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]

@@ -221,17 +221,20 @@ def test_retokenize_between_bpe_and_characters_on_sampled_texts(smollm2, sampled
     assert covered > 0 and unknown > 0, "the sampled texts did not exercise both cases"
 
     # and the exchange itself, both ways (Eqs. 6-8; no gate, so every response is kept and its row checked)
-    cfg = settings.parse_args(["--pair", "tiny", "--no-gate"])
+    cfg, dropped = settings.parse_args(["--pair", "tiny", "--no-gate"]), {}
     for recv, recv_ro, src_ro in ((graft_min.Policy("a", model, tok, None), ro, tiny_ro),
                                   (graft_min.Policy("b", tiny_model, tiny_tok, None), tiny_ro, ro)):
         rewards = torch.tensor([[1.0, 0.0]] * len(PROBLEMS))  # mixed groups
         src = graft_min.Groups(src_ro.texts, src_ro.finished, src_ro.mean_logprobs(), rewards)
         rows, s = graft_min.graft_groups(recv, recv_ro, src, list(range(len(PROBLEMS))), cfg)
         expected = rollout.retokenize(src_ro.texts, src_ro.finished, recv.tok)
-        assert len(rows) == len(s) == sum(1 for r in expected if r) and all(0 < x < float("inf") for x in s)
+        fits = [r for r in expected if 0 < len(r) <= cfg.max_new_tokens]  # past the receiver's budget: dropped
+        assert len(rows) == len(s) == len(fits) and all(0 < x < float("inf") for x in s)
         for row in rows:
             assert row.peer and row.prompt_ids == recv_ro.prompt_ids[row.prompt] and row.weight == 1.0
-            assert row.response_ids in expected and len(row.old_logprobs) == len(row.response_ids)
+            assert row.response_ids in fits and len(row.old_logprobs) == len(row.response_ids)
+        dropped[recv.name] = sum(1 for r in expected if r) - len(fits)
+    assert dropped["a"] == 0 < dropped["b"]  # characters -> BPE shrinks a text; BPE -> characters can outgrow 48
 
 
 # ---------------------------------------------------------------- two GRAFT steps of the CLI, in both seats
