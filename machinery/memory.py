@@ -113,7 +113,7 @@ def free_bytes(device):
     free, total = torch.cuda.mem_get_info(index)
     allocated = torch.cuda.memory_allocated(index)
     free += torch.cuda.memory_reserved(index) - allocated
-    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda i: 1.0)  # torch 2.6 and newer
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda i: 1.0)  # 1.0: no such query
     return int(min(free, fraction(index) * total - allocated))
 
 
@@ -210,7 +210,7 @@ def resolve_auto_sizes(cfg, policies, world_size=1, free=None, sizes_from=None):
 def software_stack(device):
     """What a run's numbers depend on besides its flags: the versions of python, torch, transformers, tokenizers
     and numpy, and the kernels torch picks (the CPU capability, e.g. AVX512 or AVX2; on CUDA also the card's
-    name). Two runs of the same flags agree bit for bit only on the same stack (README, "Exact pins")."""
+    name). Two runs of the same flags agree bit for bit only on the same stack (docs/runs.md#across-machines)."""
     import numpy
     import tokenizers
     import transformers

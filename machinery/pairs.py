@@ -237,7 +237,7 @@ def enable_grad_checkpointing(model):
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # its name in newer transformers
+    if hasattr(model, "activation_checkpointing_enable"):  # the method's other name, where the model has it
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
