@@ -340,8 +340,9 @@ def run(cfg, method, out, like=None):
     train_problems, heldout = settings.load_data(cfg, paths)
     peer_log = runlog.read_peer_log(cfg.peer_log, cfg.peer) if method == "stored" else None
     start, wall = folder.restore(policies)
+    copied = folder.start_evals(like) if start == 0 else {}  # compare: GRPO's, when this run starts where it did
     for name, pol in policies.items() if start == 0 else ():
-        folder.log_eval(0, name, folder.start_eval(like, name) or evaluate(pol, heldout, cfg, 0))
+        folder.log_eval(0, name, copied.get(name) or evaluate(pol, heldout, cfg, 0))
     bar = tqdm(range(start, cfg.steps), desc=f"{method:6s} {out}", initial=start, total=cfg.steps,
                position=getattr(cfg, "bar_position", 0), disable=not folder.main)
     for step in bar:

@@ -20,25 +20,25 @@ LOGS = ("metrics", "trajectories", "evals")
 
 class RunFolder:
     """One run's folder (docs/runs.md): config.json, the three JSONL logs, checkpoint.pt and summary.json. Rank 0
-    alone writes (main); every rank reads the checkpoint. `begin` checks, before any model loads, that a resumed
-    folder was made with these settings; `restore` continues it or starts it afresh."""
+    alone writes (main); every rank reads the checkpoint. The constructor checks, before any model loads, that a
+    resumed folder was made with these settings; `restore` continues it or starts it afresh."""
 
     def __init__(self, cfg, method, out):
         self.out, self.main, self.history = out, ddp.is_main(), {}  # history: {model: metrics lines of this session}
         self.files = {key: os.path.join(out, f"{key}.jsonl") for key in LOGS}
         self.ckpt_path, self.ckpt = os.path.join(out, "checkpoint.pt"), None
         self.resuming = cfg.resume and os.path.exists(self.ckpt_path)
-        self.saved = runlog.saved_config(out) if self.resuming else None
+        saved = runlog.saved_config(out) if self.resuming else None
         if self.resuming and not cfg.threads:
-            cfg.threads = self.saved.get("threads")  # pinned: on a CPU, torch's results depend on the thread count
+            cfg.threads = saved.get("threads")  # pinned: on a CPU, torch's results depend on the thread count
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.config = settings.run_config(cfg, method)
         if self.resuming:
-            runlog.check_world_size(out, self.saved, self.config)
+            runlog.check_world_size(out, saved, self.config)
             self.ckpt = runlog.load_checkpoint(self.ckpt_path)
-            runlog.report_changes(out, runlog.check_resume(out, self.saved, self.config, self.ckpt["next_step"]))
-            runlog.report_machine(out, self.saved, self.config)
+            runlog.report_changes(out, runlog.check_resume(out, saved, self.config, self.ckpt["next_step"]))
+            runlog.report_machine(out, saved, self.config)
         if method == "stored":
             runlog.check_peer_log(self.config)
             cfg.peer = self.config["peer"]
@@ -86,17 +86,18 @@ class RunFolder:
         if self.main:
             runlog.append_jsonl(self.files["evals"], {"step": step, "model": name, **result})
 
-    def start_eval(self, like, name):
-        """Model `name`'s step-0 evaluation in the run folder `like` (compare: GRPO's, for GRAFT), when that run has
-        this one's settings but the method: the same weights, seeds and sizes give the same record. Else None."""
-        config, evals = (os.path.join(like, f) for f in ("config.json", "evals.jsonl")) if like else (None, None)
-        if not (like and os.path.exists(config) and os.path.exists(evals)):
-            return None
+    def start_evals(self, like):
+        """{model: its step-0 evaluation} in the run folder `like` (compare: GRPO's, for GRAFT), when that run has
+        this one's settings but the method: the same weights, seeds and sizes give the same records. Else {}."""
+        if not like:
+            return {}
+        config, evals = os.path.join(like, "config.json"), os.path.join(like, "evals.jsonl")
         ignore = {"method", "bar_position", "out", "resume"}  # where it goes, not what it computes
-        if runlog.config_differences(runlog.read_json(config), self.config, ignore=ignore):
-            return None
-        record = next((e for e in runlog.read_jsonl(evals) if e["step"] == 0 and e["model"] == name), None)
-        return {k: v for k, v in record.items() if k not in ("step", "model")} if record else None
+        if not (os.path.exists(config) and os.path.exists(evals)) or \
+                runlog.config_differences(runlog.read_json(config), self.config, ignore=ignore):
+            return {}
+        return {e["model"]: {k: v for k, v in e.items() if k not in ("step", "model")}
+                for e in runlog.read_jsonl(evals) if e["step"] == 0}
 
     def checkpoint(self, done, wall, policies):
         if self.main:
